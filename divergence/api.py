@@ -1,0 +1,80 @@
+"""The Python API: :class:`Recorder`, :func:`probe`, :func:`step` (no-ops when not recording)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+from divergence.errors import RecordError
+from divergence.record.config import RecordConfig, StepRange
+from divergence.record.session import Session, activate, active, deactivate
+
+T = TypeVar("T")
+
+
+class Recorder:
+    """Record this process into the run directory ``output`` while the block runs.
+
+    >>> # with divergence.Recorder("runs/a", steps="0:100", dump=False): train()
+    """
+
+    def __init__(
+        self,
+        output: str | Path,
+        *,
+        steps: str | None = None,
+        include: tuple[str, ...] = (),
+        exclude: tuple[str, ...] = (),
+        dump: bool = False,
+        dump_steps: str | None = None,
+        dump_include: tuple[str, ...] = (),
+        granularity: str = "module",
+    ) -> None:
+        self.config = RecordConfig(
+            output=str(output),
+            steps=StepRange.parse(steps),
+            include=tuple(include),
+            exclude=tuple(exclude),
+            dump=dump,
+            dump_steps=StepRange.parse(dump_steps),
+            dump_include=tuple(dump_include),
+            granularity=granularity,
+        )
+        self.session: Session | None = None
+
+    def __enter__(self) -> Recorder:
+        from divergence.frameworks import attach
+
+        if active() is not None:
+            raise RecordError("a recorder is already active in this process")
+        self.session = activate(Session(self.config, self.config.output))
+        self._detach = attach(self.session)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._detach()
+        deactivate()
+
+
+def probe(value: T, name: str) -> T:
+    """Fingerprint ``value`` (a tensor, array, or a pytree of them) under ``name``; returns it.
+
+    >>> probe(3, "three")  # not recording: a no-op
+    3
+    """
+    session = active()
+    if session is not None and session.begin_event() and session.wants(name):
+        for handler in session.probe_handlers:
+            if handler(session, value, name):
+                break
+    return value
+
+
+def step() -> None:
+    """Mark the end of a training step, for loops without an optimizer."""
+    session = active()
+    if session is not None:
+        session.explicit_step()

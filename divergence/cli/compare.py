@@ -1,0 +1,42 @@
+"""diverge compare RUN_A RUN_B
+
+Find the first step and location where two runs stop being bit-identical.
+Exit status: 0 identical, 1 diverged, 2 trouble.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from divergence.errors import ExitCode
+
+
+@click.command(help=__doc__)
+@click.argument("run_a", type=click.Path())
+@click.argument("run_b", type=click.Path())
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as JSON (diverge.compare/1)."
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing; only the exit status.")
+@click.option("--width", type=int, default=None, help="Report width (default: the terminal's).")
+def compare(run_a: str, run_b: str, as_json: bool, quiet: bool, width: int | None) -> int:
+    from divergence.compare.engine import compare_runs
+
+    comparison = compare_runs(run_a, run_b)
+    code = ExitCode.IDENTICAL if comparison.identical else ExitCode.DIVERGED
+    if quiet:
+        return int(code)
+    if as_json:
+        from divergence.report.json_report import comparison_json
+
+        click.echo(json.dumps(comparison_json(comparison), indent=2))
+    else:
+        from rich.console import Console
+
+        from divergence.report.terminal import WIDTH, ComparisonReport
+
+        console = Console(width=width or min(Console().width, WIDTH), highlight=False)
+        console.print(ComparisonReport(comparison))
+    return int(code)

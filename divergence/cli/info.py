@@ -1,0 +1,26 @@
+"""diverge info RUN
+
+What a run holds: processes, steps, probes, completeness and metadata.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command(help=__doc__)
+@click.argument("run", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.info/1).")
+def info(run: str, as_json: bool) -> int:
+    from divergence.report.info import RunSummary, run_summary
+
+    summary: RunSummary = run_summary(run)
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), indent=2))
+    else:
+        from rich.console import Console
+
+        Console(highlight=False).print(summary)
+    return 0

@@ -1,0 +1,120 @@
+"""The values compare produces: plain dataclasses that render themselves in report/.
+
+>>> Divergence(reason="length", process="rank0", step=3, phase="forward", kind="output",
+...            location="fc", slot=0).sort_key
+(3, 4)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from divergence.store.schema import Phase
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One record described for people: ``fc1`` output 0, float32 [8, 16]."""
+
+    row: int
+    step: int
+    phase: str
+    kind: str
+    name: str
+    slot: int
+    dtype: str
+    shape: tuple[int, ...]
+    fingerprint: int
+    skipped: str = ""
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.kind.replace('_', ' ')} {self.slot} of {self.name}"
+            if self.slot
+            else (f"{self.kind.replace('_', ' ')} of {self.name}")
+        )
+
+    @property
+    def type_text(self) -> str:
+        return f"{self.dtype} [{', '.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class EnvDifference:
+    key: str
+    a: Any
+    b: Any
+
+
+@dataclass
+class Divergence:
+    """The first difference in one process's execution order."""
+
+    reason: str  # "value" | "structure" | "length"
+    process: str
+    step: int
+    phase: str
+    kind: str
+    location: str
+    slot: int
+    a: Probe | None = None
+    b: Probe | None = None
+    origin: bool | None = None
+    origin_text: str = ""
+    matched_inputs: list[str] = field(default_factory=list)
+    rng_evidence: list[str] = field(default_factory=list)  # generators that differed by then
+    cause: str = ""
+    cause_text: str = ""
+    numeric: Any = None  # compare.numeric.NumericDiff when both runs dumped the tensor
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        """Globally earliest: by step, then phase."""
+        return (self.step, int(Phase[self.phase.upper()]))
+
+
+@dataclass
+class Propagation:
+    differing_records: int
+    differing_in_first_step: int
+    steps_with_differences: int
+    first_loss_difference_step: int | None
+    final_params_differing: int
+    final_params_total: int
+    final_step: int
+
+
+@dataclass
+class ProcessComparison:
+    process: str
+    path_a: Path
+    path_b: Path
+    records_compared: int
+    steps_a: int
+    steps_b: int
+    complete_a: bool
+    complete_b: bool
+    first: Divergence | None
+    propagation: Propagation | None
+    rng_differences: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    run_a: Path
+    run_b: Path
+    environment: list[EnvDifference]
+    processes: list[ProcessComparison]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> Divergence | None:
+        found = [p.first for p in self.processes if p.first is not None]
+        return min(found, key=lambda d: d.sort_key) if found else None
+
+    @property
+    def identical(self) -> bool:
+        return self.first is None

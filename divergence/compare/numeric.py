@@ -1,0 +1,691 @@
+"""Element-wise numeric comparison of one probe's tensor across two runs.
+
+Given the dumped tensor of the same probe from run A and run B, :func:`numeric_diff`
+describes how they differ in the vocabulary of ``torch.testing.assert_close``
+("Mismatched elements", "Greatest absolute difference", "Greatest relative difference")
+plus bit-level facts that tell rounding noise apart from real changes: the distance in
+units in the last place (ULPs), a histogram of those distances, and whether the differing
+bits are in the sign, the exponent or only the mantissa.
+
+The module is framework-free (numpy only). Tensors arrive as numpy arrays plus a torch-style
+dtype name (``"float32"``, ``"bfloat16"``, ``"float8_e4m3fn"``, ...; a ``"torch."`` prefix is
+accepted). numpy has no bfloat16 or fp8 types, so those arrive as same-width unsigned integer
+bit views; float16/32/64 and complex arrays may arrive either as themselves or as a same-width
+integer bit view.
+
+Definitions
+-----------
+* **Mismatched**: the stored bits differ. ``-0.0`` vs ``+0.0`` and different NaN payloads
+  count as mismatches even though they compare equal / unordered as numbers.
+* **Absolute / relative difference**: computed in float64 after decoding, ``|a - b|`` and
+  ``|a - b| / |b|`` with ``b`` the second run (as torch does); ``|b| == 0`` gives ``inf``
+  when ``a != b``. Elements that are NaN in either run are left out (they are counted in
+  ``nan_mismatch``). The reported index is the first occurrence of the maximum.
+* **ULP distance**: the bits are mapped to an ordered integer: a non-negative value maps to
+  its magnitude bits ``m``; a negative value maps to ``-m - 1`` (formats with a negative zero)
+  or ``-m`` (the ``fnuz`` fp8 formats, which have none). The distance is the absolute
+  difference of the ordered integers, so adjacent representable values are 1 ULP apart,
+  ``-0.0`` vs ``+0.0`` is 1 ULP, ``inf`` is 1 ULP above the largest finite value, and the
+  smallest negative subnormal is 2 ULPs from ``+0.0``. Distances are exact (computed in
+  uint64, reported as Python ``int``). Elements that are NaN in either run have no ULP
+  distance; complex elements take the larger of the real and imaginary distances.
+* **Bits**: over all mismatched elements (NaNs included) the XOR of the bits is split into
+  sign, exponent and mantissa fields. ``sign_changes`` and ``exponent_changes`` may overlap;
+  ``mantissa_only`` counts elements where nothing but mantissa bits differ.
+
+Reading rule
+------------
+With ``p`` the number of stored mantissa bits of the (component) float format:
+
+* ``noise limit`` = ``min(16, 2**(p - 1))`` ULPs: 16 for float64/32/16 and bfloat16, 4 for
+  e4m3 and 2 for e5m2 fp8 (half a binade).
+* ``large limit`` = ``max(noise limit, 2**(p - 7))`` ULPs, i.e. a relative change of about
+  ``2**-7`` (0.8%) or more: ``2**16`` for float32, ``2**45`` for float64 and the noise limit
+  for the 16- and 8-bit formats.
+* A changed element is **within noise** when it is finite in both runs or infinite in both,
+  and it moved by at most the noise limit in ULPs counted either at its own magnitude (the
+  ULP distance) or at the tensor's scale: ``|a - b| <= noise limit * ulp(scale)``, where
+  ``scale`` is the largest finite magnitude in either run. The second clause covers
+  cancellation: the rounding error of a sum is proportional to its terms, not to its result,
+  so small outputs of a reordered reduction (a matmul, a norm) move by many of their own ULPs
+  and may even change sign, while staying within a few ULPs of the tensor's largest value.
+* A changed element is **large** when it changes between finite and infinite, or when it
+  is not within noise and its ULP distance exceeds the large limit.
+
+Then, in order:
+
+1. ``"identical"``: no mismatched element.
+2. ``"non-float difference"``: integer or bool dtype with mismatches.
+3. ``"reduction-order noise"``: no NaN mismatch and every mismatched element within noise.
+4. ``"large change"``: few elements differ (at most 3, or at most 1% of the elements) and at
+   least one of them is a NaN mismatch or large.
+5. ``"mixed"``: anything else (many elements beyond noise, or noise plus large changes).
+
+Example:
+    >>> import numpy as np
+    >>> a = np.ones((2, 3), dtype=np.float32)
+    >>> b = a.copy()
+    >>> b[1, 2] = np.nextafter(np.float32(1), np.float32(2))
+    >>> d = numeric_diff(a, b, "float32")
+    >>> (d.mismatched, d.max_ulp, d.rel_diff_index, d.reading)
+    (1, 1, (1, 2), 'reduction-order noise')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["READINGS", "NumericDiff", "decode_float64", "numeric_diff"]
+
+AnyArray = npt.NDArray[Any]
+
+READINGS: Final[tuple[str, ...]] = (
+    "identical",
+    "reduction-order noise",
+    "large change",
+    "mixed",
+    "non-float difference",
+)
+
+_EXPLANATIONS: Final[dict[str, str]] = {
+    "identical": "every element is bit-for-bit equal",
+    "reduction-order noise": (
+        "a few ULPs spread over many elements: summation order, thread count or atomics"
+    ),
+    "large change": (
+        "few elements changed by a lot, or a NaN or inf appeared: a real bug or a data difference"
+    ),
+    "mixed": ("changes beyond rounding noise in many elements, or noise plus a few large changes"),
+    "non-float difference": "integer or boolean values differ",
+}
+
+# (label, low, high) inclusive bounds; high None means unbounded.
+_ULP_BUCKETS: Final[tuple[tuple[str, int, int | None], ...]] = (
+    ("1", 1, 1),
+    ("2-3", 2, 3),
+    ("4-15", 4, 15),
+    ("16-255", 16, 255),
+    (">=256", 256, None),
+)
+
+_UINT_BY_WIDTH: Final[dict[int, type[np.unsignedinteger[Any]]]] = {
+    8: np.uint8,
+    16: np.uint16,
+    32: np.uint32,
+    64: np.uint64,
+}
+
+
+@dataclass(frozen=True)
+class _FloatFormat:
+    """Bit layout of one real floating-point format."""
+
+    name: str
+    width: int  # storage bits
+    exp_bits: int
+    man_bits: int
+    bias: int
+    # "ieee": max exponent is inf (mantissa 0) / NaN; "fn": no inf, NaN = all ones;
+    # "fnuz": no inf, no negative zero, NaN = sign bit only (0x80).
+    special: str
+
+    @property
+    def uint(self) -> type[np.unsignedinteger[Any]]:
+        return _UINT_BY_WIDTH[self.width]
+
+    @property
+    def sign_mask(self) -> int:
+        return 1 << (self.width - 1)
+
+    @property
+    def exp_mask(self) -> int:
+        return ((1 << self.exp_bits) - 1) << self.man_bits
+
+    @property
+    def man_mask(self) -> int:
+        return (1 << self.man_bits) - 1
+
+    @property
+    def min_normal_exp(self) -> int:
+        return 1 - self.bias
+
+    @property
+    def noise_ulp(self) -> int:
+        return min(16, 2 ** (self.man_bits - 1))
+
+    @property
+    def large_ulp(self) -> int:
+        return max(self.noise_ulp, 2 ** max(self.man_bits - 7, 0))
+
+    def spacing(self, x: float) -> float:
+        """Distance between adjacent representable values at magnitude ``x`` (finite, >= 0)."""
+        exp = self.min_normal_exp
+        if x > 0:
+            exp = max(math.frexp(x)[1] - 1, exp)
+        return math.ldexp(1.0, exp - self.man_bits)
+
+
+_FLOAT_FORMATS: Final[dict[str, _FloatFormat]] = {
+    f.name: f
+    for f in (
+        _FloatFormat("float64", 64, 11, 52, 1023, "ieee"),
+        _FloatFormat("float32", 32, 8, 23, 127, "ieee"),
+        _FloatFormat("float16", 16, 5, 10, 15, "ieee"),
+        _FloatFormat("bfloat16", 16, 8, 7, 127, "ieee"),
+        _FloatFormat("float8_e4m3fn", 8, 4, 3, 7, "fn"),
+        _FloatFormat("float8_e5m2", 8, 5, 2, 15, "ieee"),
+        _FloatFormat("float8_e4m3fnuz", 8, 4, 3, 8, "fnuz"),
+        _FloatFormat("float8_e5m2fnuz", 8, 5, 2, 16, "fnuz"),
+    )
+}
+
+_COMPLEX_COMPONENT: Final[dict[str, str]] = {"complex64": "float32", "complex128": "float64"}
+
+_NUMPY_NATIVE: Final[dict[str, type[np.generic]]] = {
+    "float64": np.float64,
+    "float32": np.float32,
+    "float16": np.float16,
+    "complex64": np.complex64,
+    "complex128": np.complex128,
+    "bool": np.bool_,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+}
+
+_INT_NAMES: Final[frozenset[str]] = frozenset(
+    {"int8", "uint8", "int16", "int32", "int64", "uint16", "uint32", "uint64"}
+)
+
+
+@cache
+def _fp8_table(name: str) -> AnyArray:
+    """The float64 value of each of the 256 codes of an fp8 format (read-only)."""
+    fmt = _FLOAT_FORMATS[name]
+    max_exp = (1 << fmt.exp_bits) - 1
+    table = np.empty(256, dtype=np.float64)
+    for code in range(256):
+        sign = -1.0 if code & fmt.sign_mask else 1.0
+        exp = (code & fmt.exp_mask) >> fmt.man_bits
+        man = code & fmt.man_mask
+        if fmt.special == "fnuz" and code == fmt.sign_mask:
+            value = math.nan
+        elif fmt.special == "ieee" and exp == max_exp:
+            value = sign * math.inf if man == 0 else math.copysign(math.nan, sign)
+        elif fmt.special == "fn" and exp == max_exp and man == fmt.man_mask:
+            value = math.copysign(math.nan, sign)
+        elif exp == 0:
+            value = sign * math.ldexp(man, fmt.min_normal_exp - fmt.man_bits)
+        else:
+            value = sign * math.ldexp((1 << fmt.man_bits) + man, exp - fmt.bias - fmt.man_bits)
+        table[code] = value
+    table.setflags(write=False)
+    return table
+
+
+def _decode_bits(bits: AnyArray, fmt: _FloatFormat) -> AnyArray:
+    """Decode unsigned bit patterns of ``fmt`` to float64 (same shape)."""
+    with np.errstate(invalid="ignore"):  # signalling NaNs are quietened without a warning
+        return _decode_bits_raw(bits, fmt)
+
+
+def _decode_bits_raw(bits: AnyArray, fmt: _FloatFormat) -> AnyArray:
+    if fmt.name == "float64":
+        return np.ascontiguousarray(bits, dtype=np.uint64).view(np.float64).copy()
+    if fmt.name == "float32":
+        return np.ascontiguousarray(bits, dtype=np.uint32).view(np.float32).astype(np.float64)
+    if fmt.name == "float16":
+        return np.ascontiguousarray(bits, dtype=np.uint16).view(np.float16).astype(np.float64)
+    if fmt.name == "bfloat16":
+        wide = bits.astype(np.uint32) << np.uint32(16)
+        return wide.view(np.float32).astype(np.float64)
+    return _fp8_table(fmt.name)[bits]
+
+
+def _normalise_dtype(dtype: str) -> str:
+    name = dtype.strip()
+    if name.startswith("torch."):
+        name = name[len("torch.") :]
+    if name not in _FLOAT_FORMATS and name not in _NUMPY_NATIVE:
+        known = sorted(set(_FLOAT_FORMATS) | set(_NUMPY_NATIVE))
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(known)}")
+    return name
+
+
+def _storage_bits(arr: AnyArray, name: str, which: str) -> AnyArray:
+    """Reinterpret ``arr`` as the unsigned bit patterns of dtype ``name``.
+
+    Real floats: shape ``arr.shape`` of the same-width unsigned type. Complex: shape
+    ``arr.shape + (2,)`` of the component width (real, imag). Integers: the named integer type
+    itself. Bool: uint8.
+    """
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    kind = arr.dtype.kind
+    native = _NUMPY_NATIVE.get(name)
+    if name in _FLOAT_FORMATS or name in _COMPLEX_COMPONENT:
+        width = (
+            _FLOAT_FORMATS[name].width
+            if name in _FLOAT_FORMATS
+            else 2 * _FLOAT_FORMATS[_COMPLEX_COMPONENT[name]].width
+        )
+        exact = native is not None and arr.dtype == np.dtype(native)
+        bit_view = kind in "iu" and arr.dtype.itemsize * 8 == width
+        if not (exact or bit_view):
+            raise ValueError(
+                f"array {which} has numpy dtype {arr.dtype}, which cannot hold {name}: pass "
+                f"the {name} array itself or its {width}-bit unsigned integer bit view"
+            )
+        if name in _COMPLEX_COMPONENT:
+            comp = _FLOAT_FORMATS[_COMPLEX_COMPONENT[name]]
+            values = arr if exact else arr.view(np.dtype(native or np.complex128))
+            parts = np.stack([values.real, values.imag], axis=-1)
+            return parts.view(comp.uint)
+        return arr.view(_FLOAT_FORMATS[name].uint)
+    if name == "bool":
+        if kind == "b" or (kind in "iu" and arr.dtype.itemsize == 1):
+            return arr.view(np.uint8)
+        raise ValueError(f"array {which} has numpy dtype {arr.dtype}, which cannot hold bool")
+    assert native is not None
+    target = np.dtype(native)
+    if kind in "iu" and arr.dtype.itemsize == target.itemsize:
+        return arr.view(target)
+    raise ValueError(f"array {which} has numpy dtype {arr.dtype}, which cannot hold {name}")
+
+
+def decode_float64(arr: AnyArray, dtype: str) -> AnyArray:
+    """Decode a dumped float tensor (the array itself or its bit view) to float64.
+
+    Complex dtypes decode to complex128. Raises ``ValueError`` for non-float dtypes.
+
+    Example:
+        >>> decode_float64(np.array([0x3F80, 0xC000], dtype=np.uint16), "bfloat16").tolist()
+        [1.0, -2.0]
+        >>> decode_float64(np.array([0x38, 0x7E], dtype=np.uint8), "float8_e4m3fn").tolist()
+        [1.0, 448.0]
+    """
+    name = _normalise_dtype(dtype)
+    bits = _storage_bits(np.asarray(arr), name, "a")
+    if name in _COMPLEX_COMPONENT:
+        parts = _decode_bits(bits, _FLOAT_FORMATS[_COMPLEX_COMPONENT[name]])
+        return parts[..., 0] + 1j * parts[..., 1]
+    if name not in _FLOAT_FORMATS:
+        raise ValueError(f"{name} is not a floating-point dtype")
+    return _decode_bits(bits, _FLOAT_FORMATS[name])
+
+
+def _ordered(bits: AnyArray, fmt: _FloatFormat) -> AnyArray:
+    """Map bit patterns to int64 so that adjacent representable values differ by 1.
+
+    Non-negative values map to their magnitude bits ``m``; negative ones to ``~m == -m - 1``
+    (so -0.0 sits just below +0.0) or, for the fnuz formats without a negative zero, to ``-m``.
+    """
+    if fmt.width == 64:
+        signed = np.ascontiguousarray(bits).view(np.int64)
+        neg_mask = signed >> 63  # arithmetic shift: -1 for negative values, else 0
+    else:
+        signed = bits.astype(np.int64)
+        neg_mask = -(signed >> (fmt.width - 1))
+    mag = signed & np.int64(fmt.sign_mask - 1)
+    ordered = mag ^ neg_mask  # m or ~m
+    if fmt.special == "fnuz":
+        ordered -= neg_mask  # ~m + 1 == -m
+    return ordered
+
+
+def _ulp_distance(bits_a: AnyArray, bits_b: AnyArray, fmt: _FloatFormat) -> AnyArray:
+    """Exact ``|ordered(a) - ordered(b)|`` as uint64."""
+    oa = _ordered(bits_a, fmt)
+    ob = _ordered(bits_b, fmt)
+    if fmt.width < 64:  # the difference fits in int64
+        oa -= ob
+        return np.abs(oa, out=oa).view(np.uint64)
+    ua = oa.view(np.uint64)
+    ub = ob.view(np.uint64)
+    return np.where(oa >= ob, ua - ub, ub - ua)  # two's-complement wrap keeps it exact
+
+
+def _max_finite_magnitude(bits: AnyArray, fmt: _FloatFormat) -> float:
+    """Largest finite |x| among the bit patterns (0.0 when there is none)."""
+    if bits.size == 0:
+        return 0.0
+    u = fmt.uint
+    mag = bits & u(fmt.sign_mask - 1)
+    if fmt.special == "ieee":
+        finite = (bits & u(fmt.exp_mask)) != u(fmt.exp_mask)
+    elif fmt.special == "fn":
+        finite = mag != u(fmt.exp_mask | fmt.man_mask)
+    else:
+        finite = bits != u(fmt.sign_mask)
+    top = np.max(np.where(finite, mag, u(0)))
+    return float(_decode_bits(np.array([top], dtype=u), fmt)[0])
+
+
+def _fmt_float(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _json_float(x: float | None) -> float | str | None:
+    if x is None:
+        return None
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)
+
+
+@dataclass(frozen=True)
+class NumericDiff:
+    """How one probe's tensor differs between two runs (see the module docstring for rules).
+
+    Example:
+        >>> d = numeric_diff(np.array([1.0, 2.0]), np.array([1.0, 2.5]), "float64")
+        >>> d.summary_lines()[:2]
+        ['Mismatched elements: 1 / 2 (50.0%)', 'Greatest absolute difference: 0.5 at index (1,)']
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    total: int
+    mismatched: int
+    greatest_abs_diff: float | None
+    abs_diff_index: tuple[int, ...] | None
+    greatest_rel_diff: float | None
+    rel_diff_index: tuple[int, ...] | None
+    max_ulp: int | None
+    ulp_histogram: tuple[tuple[str, int], ...]
+    sign_changes: int
+    exponent_changes: int
+    mantissa_only: int
+    nan_mismatch: int
+    reading: str
+
+    def summary_lines(self) -> list[str]:
+        """Human-readable lines in the style of ``torch.testing.assert_close``.
+
+        Example:
+            >>> a = np.array([1, 5, 3], dtype=np.int64)
+            >>> numeric_diff(a, np.array([1, 2, 3]), "int64").summary_lines()[-1]
+            'Reading: non-float difference (integer or boolean values differ)'
+        """
+        pct = self.mismatched / self.total if self.total else 0.0
+        lines = [f"Mismatched elements: {self.mismatched} / {self.total} ({pct:.1%})"]
+        if self.greatest_abs_diff is not None:
+            lines.append(
+                f"Greatest absolute difference: {_fmt_float(self.greatest_abs_diff)} "
+                f"at index {self.abs_diff_index}"
+            )
+        if self.greatest_rel_diff is not None:
+            lines.append(
+                f"Greatest relative difference: {_fmt_float(self.greatest_rel_diff)} "
+                f"at index {self.rel_diff_index}"
+            )
+        if self.mismatched:
+            if self.max_ulp is not None:
+                buckets = ", ".join(f"{k}: {n}" for k, n in self.ulp_histogram if n)
+                hist = f" (histogram {buckets})" if buckets else ""
+                lines.append(f"Max ULP distance: {self.max_ulp}{hist}")
+            if self.ulp_histogram:  # float dtypes
+                parts = [
+                    f"{label} in {n}"
+                    for label, n in (
+                        ("sign", self.sign_changes),
+                        ("exponent", self.exponent_changes),
+                        ("mantissa only", self.mantissa_only),
+                    )
+                    if n
+                ]
+                lines.append("Bits: " + ", ".join(parts))
+            if self.nan_mismatch:
+                lines.append(
+                    f"NaN mismatch: {self.nan_mismatch} element(s) NaN in one run only "
+                    "or with different NaN bits"
+                )
+        lines.append(f"Reading: {self.reading} ({_EXPLANATIONS[self.reading]})")
+        return lines
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-serialisable dict (lists for tuples, ``"nan"``/``"inf"``/``"-inf"`` strings).
+
+        Example:
+            >>> import json
+            >>> d = numeric_diff(np.array([0.0]), np.array([1.0]), "float64")
+            >>> json.loads(json.dumps(d.to_json()))["greatest_rel_diff"]
+            1.0
+        """
+        return {
+            "dtype": self.dtype,
+            "shape": [int(s) for s in self.shape],
+            "total": int(self.total),
+            "mismatched": int(self.mismatched),
+            "greatest_abs_diff": _json_float(self.greatest_abs_diff),
+            "abs_diff_index": None
+            if self.abs_diff_index is None
+            else [int(i) for i in self.abs_diff_index],
+            "greatest_rel_diff": _json_float(self.greatest_rel_diff),
+            "rel_diff_index": None
+            if self.rel_diff_index is None
+            else [int(i) for i in self.rel_diff_index],
+            "max_ulp": None if self.max_ulp is None else int(self.max_ulp),
+            "ulp_histogram": [[label, int(n)] for label, n in self.ulp_histogram],
+            "sign_changes": int(self.sign_changes),
+            "exponent_changes": int(self.exponent_changes),
+            "mantissa_only": int(self.mantissa_only),
+            "nan_mismatch": int(self.nan_mismatch),
+            "reading": self.reading,
+        }
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape))
+
+
+def _greatest(
+    values: AnyArray, positions: AnyArray, shape: tuple[int, ...]
+) -> tuple[float | None, tuple[int, ...] | None]:
+    """Max of ``values`` and the N-d index of its first occurrence (positions are sorted)."""
+    if values.size == 0:
+        return None, None
+    k = int(np.argmax(values))
+    return float(values[k]), _index(int(positions[k]), shape)
+
+
+def _relative(diff: AnyArray, b_abs: AnyArray) -> AnyArray:
+    """``diff / |b|`` with ``0 / 0 -> 0`` and ``inf / inf -> inf`` (``x / 0 -> inf``)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        rel = diff / b_abs
+    undefined = np.isnan(rel)
+    if undefined.any():
+        rel[undefined] = np.where(diff[undefined] == 0, 0.0, np.inf)
+    return rel
+
+
+def _abs_diff(va: AnyArray, vb: AnyArray) -> AnyArray:
+    """``|a - b|`` of NaN-free values, with equal infinities giving 0 rather than NaN."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(va - vb)
+    undefined = np.isnan(diff)
+    if undefined.any():
+        diff[undefined] = 0.0
+    return diff
+
+
+def _few(mismatched: int, total: int) -> bool:
+    return mismatched <= 3 or mismatched <= 0.01 * total
+
+
+def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
+    """Compare the same probe's tensor from run A (``a``) and run B (``b``).
+
+    ``dtype`` is the torch dtype name (without ``torch.``). For bfloat16 and fp8 the arrays are
+    same-width unsigned integer bit views; float16/32/64 and complex arrays may be the values or
+    their bit views. Shapes must match (``ValueError`` otherwise). See the module docstring for
+    the definitions and the reading rule. Vectorised: work beyond one pass over the bits is
+    done only on the mismatched elements.
+
+    Example:
+        >>> a = np.zeros(1000, dtype=np.float32)
+        >>> b = a.copy()
+        >>> b[7] = 3.0
+        >>> d = numeric_diff(a, b, "float32")
+        >>> (d.greatest_abs_diff, d.abs_diff_index, d.reading)
+        (3.0, (7,), 'large change')
+    """
+    name = _normalise_dtype(dtype)
+    arr_a = np.asarray(a)
+    arr_b = np.asarray(b)
+    if arr_a.shape != arr_b.shape:
+        raise ValueError(f"shape mismatch: {arr_a.shape} vs {arr_b.shape}")
+    shape = tuple(int(s) for s in arr_a.shape)
+    total = int(arr_a.size)
+    bits_a = _storage_bits(arr_a, name, "a")
+    bits_b = _storage_bits(arr_b, name, "b")
+
+    is_complex = name in _COMPLEX_COMPONENT
+    flat_a: AnyArray
+    flat_b: AnyArray
+    if is_complex:
+        flat_a = bits_a.reshape(total, 2)
+        flat_b = bits_b.reshape(total, 2)
+        pos = np.flatnonzero(np.any(flat_a != flat_b, axis=1))
+    else:
+        flat_a = bits_a.reshape(total)
+        flat_b = bits_b.reshape(total)
+        pos = np.flatnonzero(flat_a != flat_b)
+    mismatched = int(pos.size)
+    if mismatched == total:  # skip the gather copies
+        sa, sb = flat_a, flat_b
+    else:
+        sa, sb = flat_a[pos], flat_b[pos]
+
+    if name == "bool" or name in _INT_NAMES:
+        abs_d = rel_d = None
+        abs_i = rel_i = None
+        if name in _INT_NAMES and mismatched:
+            signed = np.dtype(_NUMPY_NATIVE[name]).kind == "i"
+            wa = sa.astype(np.int64 if signed else np.uint64)
+            wb = sb.astype(np.int64 if signed else np.uint64)
+            ua, ub = wa.view(np.uint64), wb.view(np.uint64)
+            diff_u = np.where(wa >= wb, ua - ub, ub - ua)  # exact |a - b| < 2**64
+            abs_d, abs_i = _greatest(diff_u, pos, shape)
+            rel = _relative(diff_u.astype(np.float64), np.abs(wb.astype(np.float64)))
+            rel_d, rel_i = _greatest(rel, pos, shape)
+        return NumericDiff(
+            dtype=name,
+            shape=shape,
+            total=total,
+            mismatched=mismatched,
+            greatest_abs_diff=abs_d,
+            abs_diff_index=abs_i,
+            greatest_rel_diff=rel_d,
+            rel_diff_index=rel_i,
+            max_ulp=None,
+            ulp_histogram=(),
+            sign_changes=0,
+            exponent_changes=0,
+            mantissa_only=0,
+            nan_mismatch=0,
+            reading="identical" if mismatched == 0 else "non-float difference",
+        )
+
+    fmt = _FLOAT_FORMATS[_COMPLEX_COMPONENT.get(name, name)]
+
+    # Bit fields, over all mismatched elements (complex: either component).
+    xor = sa ^ sb
+    if is_complex:
+        xor = xor[:, 0] | xor[:, 1]
+    u = fmt.uint
+    sign_flip = (xor & u(fmt.sign_mask)) != 0
+    exp_flip = (xor & u(fmt.exp_mask)) != 0
+    sign_changes = int(np.count_nonzero(sign_flip))
+    exponent_changes = int(np.count_nonzero(exp_flip))
+    mantissa_only = int(np.count_nonzero(~(sign_flip | exp_flip)))
+
+    # Values (float64; complex: component pairs).
+    va = _decode_bits(sa, fmt)
+    vb = _decode_bits(sb, fmt)
+    nan_a: AnyArray = np.isnan(va)
+    nan_b: AnyArray = np.isnan(vb)
+    inf_a: AnyArray = np.isinf(va)
+    inf_b: AnyArray = np.isinf(vb)
+    if is_complex:
+        nan_a, nan_b = nan_a[:, 0] | nan_a[:, 1], nan_b[:, 0] | nan_b[:, 1]
+        inf_a, inf_b = inf_a[:, 0] | inf_a[:, 1], inf_b[:, 0] | inf_b[:, 1]
+    any_nan = nan_a | nan_b
+    nan_mismatch = int(np.count_nonzero(any_nan))
+    inf_change = inf_a ^ inf_b
+    pos_ok = pos
+    if nan_mismatch:
+        ok = ~any_nan
+        va, vb, sa, sb, pos_ok, inf_change = va[ok], vb[ok], sa[ok], sb[ok], pos[ok], inf_change[ok]
+
+    comp_diff = _abs_diff(va, vb)
+    if is_complex:
+        with np.errstate(over="ignore"):
+            diff = np.hypot(comp_diff[:, 0], comp_diff[:, 1])
+            b_abs = np.hypot(vb[:, 0], vb[:, 1])
+    else:
+        diff = comp_diff
+        b_abs = np.abs(vb)
+    abs_d, abs_i = _greatest(diff, pos_ok, shape)
+    rel_d, rel_i = _greatest(_relative(diff, b_abs), pos_ok, shape)
+
+    ulp = _ulp_distance(sa, sb, fmt)
+    if is_complex:
+        ulp = ulp.max(axis=1)
+    max_ulp = int(ulp.max()) if ulp.size else 0
+    top = _ULP_BUCKETS[-1][1]
+    counts = np.bincount(np.minimum(ulp, np.uint64(top)).astype(np.intp), minlength=top + 1)
+    histogram = tuple(
+        (label, int(counts[lo : top + 1 if hi is None else hi + 1].sum()))
+        for label, lo, hi in _ULP_BUCKETS
+    )
+
+    # Reading.
+    if mismatched == 0:
+        reading = "identical"
+    else:
+        own_noise = (ulp <= fmt.noise_ulp) & ~inf_change
+        if bool(own_noise.all()):
+            noise = own_noise
+        else:  # only now pay for a pass over the whole tensor to find its scale
+            scale = max(_max_finite_magnitude(bits_a, fmt), _max_finite_magnitude(bits_b, fmt))
+            noise = own_noise | (diff <= fmt.noise_ulp * fmt.spacing(scale))
+        if nan_mismatch == 0 and bool(noise.all()):
+            reading = "reduction-order noise"
+        else:
+            large = inf_change | ((ulp > fmt.large_ulp) & ~noise)
+            if _few(mismatched, total) and (nan_mismatch > 0 or bool(large.any())):
+                reading = "large change"
+            else:
+                reading = "mixed"
+
+    return NumericDiff(
+        dtype=name,
+        shape=shape,
+        total=total,
+        mismatched=mismatched,
+        greatest_abs_diff=abs_d,
+        abs_diff_index=abs_i,
+        greatest_rel_diff=rel_d,
+        rel_diff_index=rel_i,
+        max_ulp=max_ulp,
+        ulp_histogram=histogram,
+        sign_changes=sign_changes,
+        exponent_changes=exponent_changes,
+        mantissa_only=mantissa_only,
+        nan_mismatch=nan_mismatch,
+        reading=reading,
+    )

@@ -1,0 +1,320 @@
+"""Global PyTorch hooks: the user never passes the model.
+
+* module forward pre/post hooks (global): root inputs (data), every module's inputs and outputs;
+  ``Tensor.register_hook`` on outputs for the gradient flowing into them (works with in-place ops,
+  where full backward hooks raise);
+* ``register_post_accumulate_grad_hook`` on parameters: each parameter's gradient;
+* optimizer step post hook (global): the step boundary, parameters and optimizer state after it;
+* ``Tensor.backward``: the loss; DataLoader iterators: batches; RNG states at every step start.
+
+NB: hooks read tensors and never write them; fingerprints neither allocate on the CPU path nor
+consume random numbers, so the recorded run computes the same bits as an unrecorded one.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils import _pytree as pytree
+from torch.utils.data import dataloader
+
+from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
+from divergence.frameworks.torch.fingerprint import fingerprint_tensor, resolve_pending, to_host
+from divergence.frameworks.torch.metadata import torch_metadata
+from divergence.record.session import Fingerprint, Session
+from divergence.store.schema import Kind, Phase
+
+WRAPPERS = frozenset(
+    {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
+)
+CACHE_LIMIT = 8192
+
+
+def tensors_of(value: object) -> list[torch.Tensor]:
+    """The tensors in a pytree, in flattening order (fast paths for the common shapes)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value)
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+
+
+class TorchRecorder:
+    """Owns every hook and patch; :meth:`remove` undoes them in reverse order."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.module_names: weakref.WeakKeyDictionary[torch.nn.Module, str] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.param_names: dict[int, str] = {}
+        self.roots: list[weakref.ref[torch.nn.Module]] = []
+        self.stack: list[str] = []
+        self.cache: dict[int, tuple[Any, int, Fingerprint]] = {}
+        self.stepped_this_step: set[int] = set()
+        self.undo: list[Callable[[], None]] = []
+
+    # --- installation ---------------------------------------------------------------------
+    def install(self) -> Callable[[], None]:
+        s = self.session
+        for handle in (
+            register_module_forward_pre_hook(self._guard(self.before_forward)),
+            register_module_forward_hook(self._guard(self.after_forward), always_call=True),
+            register_optimizer_step_post_hook(self._guard(self.after_optimizer_step)),
+        ):
+            self.undo.append(handle.remove)
+        self._patch(torch.Tensor, "backward", self._wrap_backward)
+        self._patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
+        self._patch(torch, "manual_seed", functools.partial(self._wrap_seed, "torch.manual_seed"))
+        self._patch(random, "seed", functools.partial(self._wrap_seed, "random.seed"))
+        self._patch(np.random, "seed", functools.partial(self._wrap_seed, "numpy.random.seed"))
+        s.on_step_start.append(self.at_step_start)
+        s.metadata_providers.append(torch_metadata)
+        s.probe_handlers.insert(0, self.probe)
+        s.resolve_pending = resolve_pending
+        self.undo.append(lambda: s.on_step_start.remove(self.at_step_start))
+        self.undo.append(lambda: s.probe_handlers.remove(self.probe))
+        return self.remove
+
+    def remove(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+    def _patch(self, owner: Any, attr: str, wrapper: Callable[[Callable[..., Any]], Any]) -> None:
+        original = getattr(owner, attr)
+        setattr(owner, attr, wrapper(original))
+        self.undo.append(lambda: setattr(owner, attr, original))
+
+    def _guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """A recorder bug must not kill the training: say it once and stop recording."""
+
+        @functools.wraps(hook)
+        def guarded(*args: Any) -> Any:
+            try:
+                return hook(*args)
+            except Exception as exc:
+                self.session.fail(f"{hook.__name__}: {type(exc).__name__}: {exc}")
+                return None
+
+        return guarded
+
+    # --- naming ---------------------------------------------------------------------------
+    def _name_of(self, module: torch.nn.Module) -> str:
+        name = self.module_names.get(module)
+        if name is None:
+            if self.stack:  # a module built on the fly inside another's forward
+                name = f"{self.stack[-1]}.<{type(module).__name__}>"
+                self.module_names[module] = name
+            else:
+                name = self._adopt_root(module)
+        return name
+
+    def _adopt_root(self, root: torch.nn.Module) -> str:
+        """Name a new root's module tree and parameters; record its initial parameters."""
+        label = type(root).__name__
+        prefix = "" if not self.roots else f"{label}#{len(self.roots)}."
+        self.roots.append(weakref.ref(root))
+        for path, module in root.named_modules():
+            if module not in self.module_names:
+                self.module_names[module] = prefix + path if path else (prefix.rstrip(".") or label)
+        for path, param in root.named_parameters():
+            if id(param) not in self.param_names:
+                self.param_names[id(param)] = prefix + path
+                self.undo.append(
+                    param.register_post_accumulate_grad_hook(
+                        self._guard(self.after_grad_accumulated)
+                    ).remove
+                )
+        if self.session.begin_event():
+            for path, param in root.named_parameters():
+                self._add(Phase.INIT, Kind.PARAM, prefix + path, param)
+        return self.module_names[root]
+
+    def _param_name(self, param: torch.Tensor, optimizer: torch.optim.Optimizer, index: str) -> str:
+        name = self.param_names.get(id(param))
+        if name is None:
+            name = self.param_names[id(param)] = f"{type(optimizer).__name__}.{index}"
+        return name
+
+    # --- fingerprints ---------------------------------------------------------------------
+    def fingerprint(self, t: torch.Tensor) -> Fingerprint:
+        """Cached by identity and version: a module's input is usually the previous output."""
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return fingerprint_tensor(t)
+        hit = self.cache.get(id(t))
+        if hit is not None and hit[1] == version and hit[0]() is t:
+            return hit[2]
+        result = fingerprint_tensor(t)
+        if len(self.cache) > CACHE_LIMIT:
+            self.cache.clear()
+        self.cache[id(t)] = (weakref.ref(t), version, result)
+        return result
+
+    def _add(self, phase: Phase, kind: Kind, name: str, t: torch.Tensor, slot: int = 0) -> None:
+        s = self.session
+        dump = to_host(t) if s.wants_dump(name) else None
+        s.add(phase, kind, name, self.fingerprint(t), slot, dump=dump)
+
+    def _add_all(
+        self, phase: Phase, kind: Kind, name: str, tensors: Iterable[torch.Tensor]
+    ) -> None:
+        for slot, t in enumerate(tensors):
+            self._add(phase, kind, name, t, slot)
+
+    # --- hooks ----------------------------------------------------------------------------
+    def before_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        if type(module).__name__ in WRAPPERS:
+            return
+        s = self.session
+        root = not self.stack
+        name = self._name_of(module)
+        self.stack.append(name)
+        if root:
+            s.root_forward()
+        if not s.begin_event() or not s.wants(name):
+            return
+        phase, kind = (Phase.DATA, Kind.BATCH) if root else (Phase.FORWARD, Kind.INPUT)
+        self._add_all(phase, kind, name, tensors_of(args))
+
+    def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if type(module).__name__ in WRAPPERS or not self.stack:
+            return
+        name = self.stack.pop()
+        s = self.session
+        if not s.begin_event() or not s.wants(name):
+            return
+        for slot, t in enumerate(tensors_of(output)):
+            self._add(Phase.FORWARD, Kind.OUTPUT, name, t, slot)
+            if t.requires_grad and t.grad_fn is not None:
+                t.register_hook(self._guard(functools.partial(self.grad_of_output, name, slot)))
+
+    def grad_of_output(self, name: str, slot: int, grad: torch.Tensor | None) -> None:
+        if grad is not None and self.session.begin_event():
+            self._add(Phase.BACKWARD, Kind.GRAD_OUTPUT, name, grad, slot)
+
+    def after_grad_accumulated(self, param: torch.Tensor) -> None:
+        name = self.param_names.get(id(param))
+        s = self.session
+        if name and param.grad is not None and s.begin_event() and s.wants(name):
+            self._add(Phase.BACKWARD, Kind.PARAM_GRAD, name, param.grad)
+
+    def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        s = self.session
+        if s.begin_event():
+            for g, group in enumerate(optimizer.param_groups):
+                for i, param in enumerate(group["params"]):
+                    name = self._param_name(param, optimizer, f"group{g}.param{i}")
+                    if not s.wants(name):
+                        continue
+                    self._add(Phase.OPTIMIZER, Kind.PARAM, name, param)
+                    for key, value in sorted(optimizer.state.get(param, {}).items(), key=str):
+                        if isinstance(value, torch.Tensor):
+                            self._add(Phase.OPTIMIZER, Kind.OPTIM_STATE, f"{name}/{key}", value)
+            if not self.stepped_this_step:
+                self._add_buffers()
+        self.stepped_this_step.add(id(optimizer))
+        s.optimizer_stepped()
+
+    def _add_buffers(self) -> None:
+        for ref in self.roots:
+            root = ref()
+            if root is None:
+                continue
+            prefix = self.module_names.get(root, "")
+            for path, buffer in root.named_buffers():
+                name = f"{prefix}.{path}" if len(self.roots) > 1 else path
+                if self.session.wants(name):
+                    self._add(Phase.OPTIMIZER, Kind.BUFFER, name, buffer)
+
+    def at_step_start(self, session: Session) -> None:
+        self.cache.clear()
+        self.stepped_this_step.clear()
+        for name, fingerprint in rng_fingerprints():
+            session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
+
+    def probe(self, session: Session, value: object, name: str) -> bool:
+        tensors = tensors_of(value)
+        if not tensors:
+            return False
+        phase = Phase.BACKWARD if torch._C._current_graph_task_id() >= 0 else Phase.FORWARD
+        self._add_all(phase, Kind.PROBE, name, tensors)
+        return True
+
+    # --- patches --------------------------------------------------------------------------
+    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            recorder._guard(recorder.record_loss)(tensor)
+            return original(tensor, *args, **kwargs)
+
+        return backward
+
+    def record_loss(self, tensor: torch.Tensor) -> None:
+        if self.session.begin_event() and self.session.wants("loss"):
+            self._add(Phase.BACKWARD, Kind.LOSS, "loss", tensor)
+
+    def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def __next__(iterator: Any) -> Any:
+            batch = original(iterator)
+            recorder._guard(recorder.record_batch)(batch)
+            return batch
+
+        return __next__
+
+    def record_batch(self, batch: object) -> None:
+        if self.session.begin_event() and self.session.wants("dataloader"):
+            self._add_all(Phase.DATA, Kind.BATCH, "dataloader", tensors_of(batch))
+
+    def _wrap_seed(self, label: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        session = self.session
+
+        @functools.wraps(original)
+        def seed(*args: Any, **kwargs: Any) -> Any:
+            value = args[0] if args else kwargs.get("seed", kwargs.get("a"))
+            session.seeds.append({"call": label, "seed": repr(value), "step": session.step})
+            return original(*args, **kwargs)
+
+        return seed
+
+
+def rng_fingerprints() -> list[tuple[str, Fingerprint]]:
+    """Fingerprints of the python, numpy and torch (CPU and initialised CUDA) generator states."""
+    version, words, gauss = random.getstate()
+    python = fingerprint_buffer(
+        np.asarray(words, dtype=np.uint64).tobytes(),
+        header_seed("mt19937", (len(words),), None, f"{version}:{gauss!r}"),
+    )
+    kind, keys, pos, has_gauss, cached = cast(
+        tuple[str, np.ndarray, int, int, float], np.random.get_state()
+    )
+    numpy = fingerprint_buffer(
+        np.ascontiguousarray(keys).tobytes(),
+        header_seed(str(kind), keys.shape, None, f"{pos}:{has_gauss}:{cached!r}"),
+    )
+    prints = [
+        ("python.random", Fingerprint(python, "mt19937", (len(words),), Algorithm.XXH3_64)),
+        ("numpy.random", Fingerprint(numpy, "mt19937", tuple(keys.shape), Algorithm.XXH3_64)),
+        ("torch.cpu", fingerprint_tensor(torch.get_rng_state())),
+    ]
+    if torch.cuda.is_initialized():
+        for index, state in enumerate(torch.cuda.get_rng_state_all()):
+            prints.append((f"torch.cuda:{index}", fingerprint_tensor(state)))
+    return prints

@@ -1,0 +1,67 @@
+"""What a run file says about the process that wrote it (framework-free part).
+
+Framework modules add their own versions, thread counts and determinism switches.
+
+>>> sorted(k for k in process_metadata(0.0) if k.startswith("py"))
+['python']
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+from divergence import __version__
+
+# Environment variables that change numerics, RNG streams, or which kernels run (KNOWLEDGE.md).
+ENV_EXACT = (
+    "PYTHONHASHSEED",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ATEN_CPU_CAPABILITY",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_TF32_OVERRIDE",
+    "KMP_AFFINITY",
+    "GOMP_CPU_AFFINITY",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+ENV_PREFIXES = ("TF_", "NCCL_", "HOROVOD_", "TORCH_", "CUDNN_", "XLA_", "KERAS_")
+
+
+def interesting_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment variables that matter for bit-exactness, sorted by name."""
+    environ = dict(os.environ if environ is None else environ)
+    keep = {k: v for k, v in environ.items() if k in ENV_EXACT or k.startswith(ENV_PREFIXES)}
+    return dict(sorted(keep.items()))
+
+
+def process_metadata(start_time: float) -> dict[str, Any]:
+    """Command line, host, interpreter and environment of this process."""
+    return {
+        "diverge_version": __version__,
+        "command": list(getattr(sys, "orig_argv", sys.argv)),
+        "argv": list(sys.argv),
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "start_time": start_time,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "env": interesting_environment(),
+    }

@@ -1,0 +1,198 @@
+"""``diverge record``: run any command with the recorder injected, then summarise the run.
+
+>>> default_output_name(["python", "train.py", "--lr", "1"], stamp="20260101-120000")
+'diverge-train-20260101-120000'
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+
+import divergence
+from divergence.errors import RecordError
+from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
+from divergence.store.writer import mark_exit_status
+
+BOOTSTRAP = Path(__file__).with_name("bootstrap") / "sitecustomize.py"
+PREFIX = "diverge: "
+
+
+def say(message: str) -> None:
+    """The tool's own lines: stderr, with a prefix that sets them apart from the child's."""
+    print(PREFIX + message, file=sys.stderr, flush=True)
+
+
+def default_output_name(command: list[str], stamp: str | None = None) -> str:
+    """``diverge-<script>-<timestamp>``: the script name (or ``-m`` module, or program)."""
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
+    target = Path(command[0]).name
+    for index, arg in enumerate(command):
+        if arg.endswith(".py"):
+            target = Path(arg).stem
+            break
+        if arg == "-m" and index + 1 < len(command):
+            target = command[index + 1].rsplit(".", 1)[-1]
+            break
+    return f"diverge-{target}-{stamp}"
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """``train.py args`` without an interpreter runs under this Python."""
+    if not command:
+        raise RecordError("no command to record", hint="diverge record -- python train.py")
+    first = Path(command[0])
+    if first.suffix == ".py" and first.is_file() and not os.access(first, os.X_OK):
+        return [sys.executable, *command]
+    if shutil.which(command[0]) is None and not first.is_file():
+        raise RecordError(f"{command[0]}: command not found", hint="check the command after --")
+    return command
+
+
+def prepare_output(path: Path, force: bool) -> None:
+    if path.exists() and any(path.iterdir()):
+        if not force:
+            raise RecordError(f"{path}: already exists", hint="choose another -o or pass --force")
+        if any(p.suffix != ".h5" for p in path.iterdir()):
+            raise RecordError(
+                f"{path}: holds files that are not run files; not overwriting it",
+                hint="choose another -o",
+            )
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass
+class Progress:
+    steps: int = 0
+    records: int = 0
+    bytes: int = 0
+    processes: int = 0
+
+    @classmethod
+    def read(cls, directory: Path) -> Progress:
+        import json
+
+        total = cls()
+        for file in directory.glob("*.progress"):
+            try:
+                data = json.loads(file.read_text())
+            except (OSError, ValueError):
+                continue
+            total.steps = max(total.steps, data["steps"])
+            total.records += data["records"]
+            total.bytes += data["bytes"]
+            total.processes += 1
+        return total
+
+    def line(self) -> str:
+        return (
+            f"{self.steps} steps, {self.records:,} records, {self.bytes / 1e6:.1f} MB"
+            f" ({self.processes} process{'es' if self.processes != 1 else ''})"
+        )
+
+
+def record(command: list[str], config: RecordConfig, force: bool = False) -> int:
+    """Run ``command`` recorded into ``config.output``; returns the command's exit status."""
+    command = resolve_command(command)
+    output = Path(config.output or default_output_name(command)).resolve()
+    prepare_output(output, force)
+    config = replace(config, output=str(output))
+    handshake = Path(tempfile.mkdtemp(prefix="diverge-"))
+    try:
+        env = child_environment(config, handshake)
+        say(f"recording {' '.join(command)}")
+        say(f"writing run to {output}/")
+        status = run_child(command, env, handshake)
+        return finish(output, handshake, status, command)
+    finally:
+        shutil.rmtree(handshake, ignore_errors=True)
+
+
+def child_environment(config: RecordConfig, handshake: Path) -> dict[str, str]:
+    """The child's environment: our ``sitecustomize`` and this ``divergence`` on PYTHONPATH."""
+    boot = handshake / "boot"
+    boot.mkdir()
+    shutil.copy(BOOTSTRAP, boot / "sitecustomize.py")
+    (boot / "divergence").symlink_to(Path(divergence.__file__).parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(boot), env.get("PYTHONPATH")) if p)
+    env[ENV_CONFIG] = config.to_json()
+    env[ENV_HANDSHAKE] = str(handshake)
+    return env
+
+
+def run_child(command: list[str], env: dict[str, str], handshake: Path) -> int:
+    """Run the command; forward SIGTERM; show a live progress line on a terminal."""
+    child = subprocess.Popen(command, env=env)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    done = threading.Event()
+    ticker = threading.Thread(target=_progress_loop, args=(handshake, done), daemon=True)
+    if sys.stderr.isatty():
+        ticker.start()
+    try:
+        status = child.wait()
+    finally:
+        done.set()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if ticker.is_alive():
+        ticker.join()
+        print(file=sys.stderr)
+    return 128 - status if status < 0 else status
+
+
+def _progress_loop(handshake: Path, done: threading.Event) -> None:
+    while not done.wait(0.5):
+        sys.stderr.write(f"\r{PREFIX}{Progress.read(handshake).line()}\x1b[K")
+        sys.stderr.flush()
+
+
+def finish(output: Path, handshake: Path, status: int, command: list[str]) -> int:
+    """Check the handshake, store the exit status, say what was recorded and what to run next."""
+    files = sorted(output.glob("*.h5"))
+    for file in files:
+        mark_exit_status(file, status)
+    if not list(handshake.glob("*.hello")):
+        _remove_if_empty(output)
+        raise RecordError(
+            f"instrumentation did not start in '{' '.join(command)}' (exit status {status}); "
+            "nothing was recorded",
+            hint="the command must start Python without -I, -E or -S, so that PYTHONPATH is read",
+        )
+    if not files:
+        _remove_if_empty(output)
+        say(
+            f"no training step was recorded (exit status {status}): no optimizer.step(), module "
+            "forward or divergence.step() was seen"
+        )
+        return status if status else 2
+    progress = Progress.read(handshake)
+    say(f"recorded {progress.line()} into {output}/ (exit status {status})")
+    say(f"next: diverge info {_short(output)}   |   diverge compare {_short(output)} OTHER_RUN")
+    return status
+
+
+def _short(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _remove_if_empty(path: Path) -> None:
+    if path.is_dir() and not any(path.iterdir()):
+        path.rmdir()

@@ -1,0 +1,331 @@
+"""The recorder inside a training process (framework-free): the step model and the buffer.
+
+Frameworks call it from their hooks::
+
+    if session.begin_event() and session.wants(name):
+        session.add(Phase.FORWARD, Kind.OUTPUT, name, fingerprint, slot=0)
+
+Steps. A step closes after ``optimizer.step()`` (deferred to the next event, so several optimizers
+stepping back to back share one step, and LBFGS closures stay inside theirs), at an explicit
+``divergence.step()``, or, in a process that never steps an optimizer, at each root-module forward.
+Until the first optimizer step is seen the mode is ``auto``: records stay buffered, with a mark at
+every root forward, and are split into one step per forward at exit or after
+:data:`AUTO_FORWARD_LIMIT` forwards without an optimizer step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from divergence.fingerprint import Algorithm
+from divergence.record.config import ENV_HANDSHAKE, RecordConfig
+from divergence.record.environment import process_metadata
+from divergence.store.schema import MAX_DIMS, RECORD_DTYPE, Kind, Phase, Status
+from divergence.store.writer import Dump, RunFileWriter
+
+AUTO_FORWARD_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A framework's fingerprint of one tensor. ``value`` is an int, or a pending device value
+    that the framework's resolver turns into an int once per step (no host sync per probe)."""
+
+    value: object
+    dtype: str
+    shape: tuple[int, ...]
+    algo: Algorithm
+    skipped: str = ""  # non-empty: not fingerprinted, and why
+
+    @classmethod
+    def skip(cls, dtype: str, shape: tuple[int, ...], reason: str) -> Fingerprint:
+        return cls(0, dtype, shape, Algorithm.NONE, reason)
+
+
+@dataclass
+class _Row:
+    phase: int
+    kind: int
+    name: int
+    slot: int
+    fingerprint: Fingerprint
+    note: int
+    dump: tuple[np.ndarray, str] | None
+
+
+class Session:
+    """One process's recorder. Exactly one is active per process (see :func:`active`)."""
+
+    def __init__(self, config: RecordConfig, run_dir: str | Path) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.step = 0
+        self.mode = "auto"
+        self.on_step_start: list[Callable[[Session], None]] = []
+        self.metadata_providers: list[Callable[[], dict[str, Any]]] = []
+        self.resolve_pending: Callable[[list[object]], list[int]] | None = None
+        self.probe_handlers: list[Callable[[Session, object, str], bool]] = []
+        self.writer: RunFileWriter | None = None
+        self.records_written = 0
+        self.seeds: list[dict[str, Any]] = []
+        self.failure = ""
+        self._start_time = time.time()
+        self._reset_buffer()
+        self._wants: dict[str, bool] = {}
+        self._strings: dict[str, int] = {"": 0}
+        self._new_strings: list[str] = []
+
+    # --- step model -----------------------------------------------------------------------
+    def _reset_buffer(self) -> None:
+        self._rows: list[_Row] = []
+        self._open = False
+        self._close_pending = False
+        self._marks: list[int] = []  # auto mode: row index at each root forward
+        self._forwards_in_step = 0
+
+    @property
+    def recording(self) -> bool:
+        """Whether the current step is inside ``--steps`` (and recording has not failed)."""
+        return not self.failure and self.config.steps.contains(self.step)
+
+    def fail(self, reason: str) -> None:
+        """Stop recording after an internal error; the training itself goes on untouched."""
+        if not self.failure:
+            self.failure = reason
+            print(f"diverge: recording stopped at step {self.step}: {reason}", file=sys.stderr)
+
+    def begin_event(self) -> bool:
+        """Roll over a pending step close, open the step, and say whether it is recorded."""
+        if self._close_pending:
+            self._close_step()
+        if not self._open:
+            self._open = True
+            if self.recording:
+                for callback in self.on_step_start:
+                    callback(self)
+        return self.recording
+
+    def optimizer_stepped(self) -> None:
+        """After an ``optimizer.step()``: the step closes at the next event."""
+        if self.mode == "explicit":
+            return
+        self.mode = "optimizer"
+        self._marks.clear()
+        self._close_pending = True
+
+    def root_forward(self) -> None:
+        """Before a root module's forward (a module called while no other module runs)."""
+        self.begin_event()
+        if self.mode == "forward":
+            if self._forwards_in_step:
+                self._close_step()
+                self.begin_event()
+            self._forwards_in_step += 1
+        elif self.mode == "auto":
+            self._marks.append(len(self._rows))
+            if len(self._marks) > AUTO_FORWARD_LIMIT:
+                self._split_forward_steps(keep_current=True)
+                self.mode = "forward"
+                self._forwards_in_step = 1
+
+    def explicit_step(self) -> None:
+        """``divergence.step()``: close the current step now."""
+        self.mode = "explicit"
+        self.begin_event()
+        self._close_step()
+
+    def _close_step(self) -> None:
+        if self._rows:
+            self._write(self.step, self._rows)
+        self._rows = []
+        self._open = False
+        self._close_pending = False
+        self._forwards_in_step = 0
+        self.step += 1
+
+    def _split_forward_steps(self, keep_current: bool) -> None:
+        """Auto mode without an optimizer: one step per root forward buffered so far
+        (``keep_current`` leaves the forward that is running in the buffer)."""
+        rows = self._rows
+        bounds = self._marks[1:] if keep_current else [*self._marks[1:], len(rows)]
+        start = 0
+        for end in bounds:
+            self._write(self.step, rows[start:end])
+            self.step += 1
+            start = end
+        self._rows = rows[start:]
+        self._marks = []
+
+    # --- records --------------------------------------------------------------------------
+    def wants(self, name: str) -> bool:
+        """``--include``/``--exclude`` for a probe name (cached: hooks call it per module call)."""
+        known = self._wants.get(name)
+        if known is None:
+            known = self._wants[name] = self.config.wants(name)
+        return known
+
+    def wants_dump(self, name: str) -> bool:
+        return self.config.dumps_anything and self.config.wants_dump(self.step, name)
+
+    def add(
+        self,
+        phase: Phase,
+        kind: Kind,
+        name: str,
+        fingerprint: Fingerprint,
+        slot: int = 0,
+        note: str = "",
+        dump: tuple[np.ndarray, str] | None = None,
+    ) -> None:
+        """Buffer one record of the current step (call :meth:`begin_event` first)."""
+        self._rows.append(
+            _Row(
+                phase,
+                kind,
+                self._intern(name),
+                slot,
+                fingerprint,
+                self._intern(note or fingerprint.skipped),
+                dump,
+            )
+        )
+
+    def _intern(self, text: str) -> int:
+        index = self._strings.get(text)
+        if index is None:
+            index = self._strings[text] = len(self._strings)
+            self._new_strings.append(text)
+        return index
+
+    def _write(self, step: int, rows: list[_Row]) -> None:
+        block, dumps = self._encode(step, rows)
+        if self.writer is None:
+            self.writer = RunFileWriter.create(self._file_path(), self._metadata())
+        self.writer.append_step(step, block, self._new_strings, dumps)
+        self._new_strings = []
+        self.records_written += len(rows)
+        self._report_progress()
+
+    def _encode(self, step: int, rows: list[_Row]) -> tuple[np.ndarray, list[Dump]]:
+        block = np.zeros(len(rows), dtype=RECORD_DTYPE)
+        values = self._resolve([row.fingerprint.value for row in rows])
+        shapes = np.zeros((len(rows), MAX_DIMS), dtype=np.int64)
+        dumps = []
+        for index, row in enumerate(rows):
+            shape = row.fingerprint.shape[:MAX_DIMS]
+            shapes[index, : len(shape)] = shape
+            if row.dump is not None:
+                dumps.append(Dump(index, *row.dump))
+        block["step"] = step
+        block["phase"] = [row.phase for row in rows]
+        block["kind"] = [row.kind for row in rows]
+        block["algo"] = [row.fingerprint.algo for row in rows]
+        block["status"] = [Status.SKIPPED if row.fingerprint.skipped else Status.OK for row in rows]
+        block["slot"] = [row.slot for row in rows]
+        block["dump"] = [row.dump is not None for row in rows]
+        block["ndim"] = [len(row.fingerprint.shape) for row in rows]
+        block["name"] = [row.name for row in rows]
+        block["dtype"] = [self._intern(row.fingerprint.dtype) for row in rows]
+        block["note"] = [row.note for row in rows]
+        block["shape"] = shapes
+        block["fp"] = np.array(values, dtype=np.uint64)
+        return block, dumps
+
+    def _resolve(self, values: list[object]) -> list[int]:
+        pending = [i for i, v in enumerate(values) if not isinstance(v, int)]
+        if pending:
+            assert self.resolve_pending is not None, "a pending fingerprint needs a resolver"
+            for i, value in zip(
+                pending, self.resolve_pending([values[i] for i in pending]), strict=True
+            ):
+                values[i] = value
+        return [int(v) for v in values]  # type: ignore[call-overload]
+
+    # --- files ----------------------------------------------------------------------------
+    def _file_path(self) -> Path:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        rank = os.environ.get("RANK")
+        name = f"rank{rank}.h5" if rank is not None else f"pid{os.getpid()}.h5"
+        path = self.run_dir / name
+        return self.run_dir / f"rank{rank}-pid{os.getpid()}.h5" if path.exists() else path
+
+    def _metadata(self) -> dict[str, Any]:
+        meta = process_metadata(self._start_time)
+        meta["record_config"] = json.loads(self.config.to_json())
+        for provider in self.metadata_providers:
+            meta.update(provider())
+        meta["seeds"] = self.seeds
+        return meta
+
+    def _report_progress(self) -> None:
+        directory = os.environ.get(ENV_HANDSHAKE)
+        if not directory or self.writer is None:
+            return
+        status = {
+            "steps": self.writer.steps,
+            "records": self.records_written,
+            "bytes": self.writer.bytes_dumped + self.writer.rows * RECORD_DTYPE.itemsize,
+        }
+        tmp = Path(directory) / f"{os.getpid()}.progress.tmp"
+        tmp.write_text(json.dumps(status))
+        tmp.replace(Path(directory) / f"{os.getpid()}.progress")
+
+    def finish(self) -> None:
+        """At exit: write what is buffered as the last step(s) and close the file cleanly."""
+        if self.mode == "auto" and len(self._marks) > 1:
+            self._split_forward_steps(keep_current=False)
+        if self._rows:
+            self._close_step()
+        if self.writer is not None:
+            self.writer.close(
+                {"clean_exit": True, "steps": self.writer.steps, "failure": self.failure}
+            )
+            self.writer = None
+
+    def forget_after_fork(self) -> None:
+        """In a forked child (DataLoader worker): start empty; never touch the parent's file."""
+        self.writer = None
+        self._reset_buffer()
+        self._start_time = time.time()
+
+
+_active: Session | None = None
+
+
+def active() -> Session | None:
+    """The active session of this process, if recording."""
+    return _active
+
+
+def activate(session: Session) -> Session:
+    """Make ``session`` the process's recorder; it finishes at interpreter exit."""
+    global _active
+    _active = session
+    atexit.register(_finish_active)
+    os.register_at_fork(after_in_child=session.forget_after_fork)
+    return session
+
+
+def deactivate() -> None:
+    """Finish and drop the active session (the Python API's context exit)."""
+    global _active
+    if _active is not None:
+        _active.finish()
+    _active = None
+
+
+def _finish_active() -> None:
+    try:
+        deactivate()
+    except Exception as exc:  # never turn a finished training into a crash at exit
+        print(f"diverge: could not finish the run file: {exc}", file=sys.stderr)

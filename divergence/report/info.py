@@ -1,0 +1,115 @@
+"""``diverge info``: a run's processes, steps, probes, completeness and metadata.
+
+>>> # Console().print(run_summary("runs/a"))
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+from divergence.compare.environment import flatten
+from divergence.store.run import Run
+from divergence.store.schema import Kind
+
+SHOWN_META = (
+    "framework",
+    "argv",
+    "python",
+    "versions.torch",
+    "versions.tensorflow",
+    "threads.torch.get_num_threads",
+    "determinism.torch.are_deterministic_algorithms_enabled",
+    "determinism.cpu_capability",
+    "record_config.steps",
+    "record_config.dump",
+)
+
+
+@dataclass
+class ProcessSummary:
+    key: str
+    path: Path
+    steps: int
+    first_step: int | None
+    last_step: int | None
+    records: int
+    dumped: int
+    complete: bool
+    exit_status: int | None
+    torn_rows: int
+    kinds: dict[str, int]
+    probes: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunSummary:
+    path: Path
+    processes: list[ProcessSummary]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "diverge.info/1",
+            "run": str(self.path),
+            "processes": [{**p.__dict__, "path": str(p.path)} for p in self.processes],
+        }
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text(
+            f"{self.path}: {len(self.processes)} process{'es' if len(self.processes) != 1 else ''}",
+            style="bold",
+        )
+        for p in self.processes:
+            state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
+            steps = f"steps {p.first_step}..{p.last_step}" if p.steps else "no complete step"
+            yield Text(
+                f"\n{p.key}  {p.path.name}: {p.steps} steps ({steps}), {p.records:,} records,"
+                f" {p.probes} probes, {p.dumped} dumped tensors; {state}; exit status "
+                f"{'unknown' if p.exit_status is None else p.exit_status}"
+            )
+            table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
+            table.add_column(style="dim", no_wrap=True)
+            table.add_column(overflow="fold")
+            table.add_row("kinds", ", ".join(f"{k} {n:,}" for k, n in p.kinds.items()))
+            flat = flatten(p.meta)
+            for key in SHOWN_META:
+                if key in flat:
+                    table.add_row(key, str(flat[key]))
+            for key, value in flat.items():
+                if key.startswith("env."):
+                    table.add_row(key, str(value))
+            yield table
+
+
+def run_summary(path: str | Path) -> RunSummary:
+    run = Run.open(path)
+    processes = []
+    for process in run.processes:
+        f = process.load()
+        records = f.records[f.records["kind"] != Kind.STEP_END]
+        kinds = Counter(Kind(k).label for k in records["kind"])
+        processes.append(
+            ProcessSummary(
+                key=process.key,
+                path=process.path,
+                steps=f.steps_complete,
+                first_step=int(f.steps[0]) if f.steps.size else None,
+                last_step=int(f.steps[-1]) if f.steps.size else None,
+                records=int(records.size),
+                dumped=len(f.dumped_rows),
+                complete=f.complete,
+                exit_status=f.exit_status,
+                torn_rows=f.torn_rows,
+                kinds=dict(kinds),
+                probes=len({(int(r["name"]), int(r["kind"]), int(r["slot"])) for r in records}),
+                meta=f.meta,
+            )
+        )
+    return RunSummary(Path(path), processes)

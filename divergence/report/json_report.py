@@ -1,0 +1,71 @@
+"""``diverge compare --json``: schema ``diverge.compare/1``.
+
+>>> # comparison_json(compare_runs(a, b))["status"]  -> "identical" | "diverged"
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from divergence.compare.model import Comparison, Divergence, ProcessComparison
+
+SCHEMA = "diverge.compare/1"
+
+
+def comparison_json(comparison: Comparison) -> dict[str, Any]:
+    first = comparison.first
+    return {
+        "schema": SCHEMA,
+        "status": "identical" if first is None else "diverged",
+        "run_a": str(comparison.run_a),
+        "run_b": str(comparison.run_b),
+        "first_divergence": divergence_json(first) if first else None,
+        "environment_differences": [asdict(e) for e in comparison.environment],
+        "processes": [process_json(p) for p in comparison.processes],
+        "notes": comparison.notes,
+    }
+
+
+def divergence_json(d: Divergence) -> dict[str, Any]:
+    return {
+        "step": d.step,
+        "phase": d.phase,
+        "kind": d.kind,
+        "location": d.location,
+        "slot": d.slot,
+        "reason": d.reason,
+        "origin": d.origin,
+        "origin_text": d.origin_text,
+        "matched_inputs": d.matched_inputs,
+        "rank": d.process,
+        "cause": d.cause,
+        "cause_text": d.cause_text,
+        "a": _probe(d.a),
+        "b": _probe(d.b),
+        "numeric": d.numeric.to_json() if d.numeric is not None else None,
+    }
+
+
+def _probe(probe: Any) -> dict[str, Any] | None:
+    if probe is None:
+        return None
+    data = asdict(probe)
+    data["fingerprint"] = f"{probe.fingerprint:016x}"
+    data["shape"] = list(probe.shape)
+    return data
+
+
+def process_json(p: ProcessComparison) -> dict[str, Any]:
+    return {
+        "process": p.process,
+        "run_a_file": str(p.path_a),
+        "run_b_file": str(p.path_b),
+        "records_compared": p.records_compared,
+        "steps_a": p.steps_a,
+        "steps_b": p.steps_b,
+        "complete_a": p.complete_a,
+        "complete_b": p.complete_b,
+        "first_divergence": divergence_json(p.first) if p.first else None,
+        "propagation": asdict(p.propagation) if p.propagation else None,
+    }

@@ -1,0 +1,169 @@
+"""The rich terminal report of a comparison. First line: the verdict. Fits 100 columns.
+
+>>> # Console(width=100).print(ComparisonReport(comparison))
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from divergence.compare.model import Comparison, Divergence, ProcessComparison
+
+WIDTH = 100
+
+
+class ComparisonReport:
+    """Renders a :class:`Comparison` (``console.print(ComparisonReport(c))``)."""
+
+    def __init__(self, comparison: Comparison) -> None:
+        self.comparison = comparison
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        c = self.comparison
+        yield verdict(c)
+        yield Text(f"  A {c.run_a}\n  B {c.run_b}", style="dim")
+        for note in c.notes:
+            yield Text(f"  note: {note}", style="yellow")
+        if c.environment:
+            yield section("Environment differences")
+            yield environment_table(c)
+        first = c.first
+        if first is not None:
+            yield section(f"First divergence ({first.process})")
+            yield divergence_table(first)
+            if first.numeric is not None:
+                yield section("Numeric difference")
+                yield Text("\n".join(f"  {line}" for line in first.numeric.summary_lines()))
+            process = next(p for p in c.processes if p.first is first)
+            if process.propagation is not None:
+                yield section("Propagation")
+                yield Text("\n".join(f"  {line}" for line in propagation_lines(process)))
+            if first.cause_text:
+                yield section(f"Likely cause: {first.cause}")
+                yield Padding(Text(first.cause_text), (0, 0, 0, 2))
+        if len(c.processes) > 1:
+            yield section("Processes")
+            yield processes_table(c)
+
+
+def verdict(c: Comparison) -> Text:
+    first = c.first
+    if first is None:
+        steps = max((p.steps_a for p in c.processes), default=0)
+        records = sum(p.records_compared for p in c.processes)
+        return Text(
+            f"IDENTICAL: {records:,} records over {steps} steps match bit for bit",
+            style="bold green",
+        )
+    where = f"{first.kind.replace('_', ' ')} of {first.location}" if first.location else "the end"
+    origin = {True: "origin", False: "propagated", None: "origin not probed"}[first.origin]
+    if first.reason == "length":
+        return Text(
+            f"DIVERGED (length) at step {first.step}: one run ended early", style="bold red"
+        )
+    return Text(
+        f"DIVERGED ({first.reason}) at step {first.step}, {first.phase}: {where}"
+        f"{'' if first.reason != 'value' else f' [{origin}]'}",
+        style="bold red",
+    )
+
+
+def section(title: str) -> Text:
+    return Text(f"\n{title}", style="bold")
+
+
+def environment_table(c: Comparison) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False, header_style="dim")
+    table.add_column("setting", overflow="fold", max_width=40)
+    table.add_column("run A", overflow="fold", max_width=26)
+    table.add_column("run B", overflow="fold", max_width=26)
+    for e in c.environment[:20]:
+        table.add_row(e.key, _value(e.a), _value(e.b))
+    if len(c.environment) > 20:
+        table.add_row(f"... {len(c.environment) - 20} more (see --json)", "", "")
+    return table
+
+
+def _value(value: object) -> str:
+    return "(unset)" if value is None else str(value)
+
+
+def divergence_table(d: Divergence) -> Table:
+    table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(overflow="fold", max_width=84)
+    for key, value in divergence_rows(d):
+        table.add_row(key, value)
+    return table
+
+
+def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
+    yield "step", str(d.step)
+    yield "phase", d.phase
+    if d.a is not None and d.reason == "value":
+        yield "probe", f"{d.a.label}  {d.a.type_text}"
+        if d.b is not None and d.b.type_text != d.a.type_text:
+            yield "run B", d.b.type_text
+        fingerprint_b = f"{d.b.fingerprint:016x}" if d.b is not None else "-"
+        yield "fingerprints", f"A {d.a.fingerprint:016x}   B {fingerprint_b}"
+        yield (
+            "origin",
+            {
+                True: "yes: its recorded inputs matched, its output did not",
+                False: "no: propagated",
+                None: "not established",
+            }[d.origin],
+        )
+        if d.matched_inputs:
+            yield "inputs", ", ".join(d.matched_inputs) + " (matched)"
+        if d.rng_evidence:
+            yield "rng", "state differed: " + ", ".join(d.rng_evidence)
+    elif d.a is not None and d.b is not None:
+        yield "run A", f"{d.a.label} ({d.a.phase}, step {d.a.step})"
+        yield "run B", f"{d.b.label} ({d.b.phase}, step {d.b.step})"
+    yield "where", d.origin_text
+
+
+def propagation_lines(p: ProcessComparison) -> list[str]:
+    prop = p.propagation
+    assert prop is not None
+    first = p.first
+    assert first is not None
+    loss = (
+        f"from step {prop.first_loss_difference_step}"
+        if prop.first_loss_difference_step is not None
+        else "never (in the recorded steps)"
+    )
+    return [
+        f"{prop.differing_in_first_step:,} records differ in step {first.step}, "
+        f"{prop.differing_records:,} in all, over {prop.steps_with_differences} steps",
+        f"loss differs {loss}",
+        f"parameters after step {prop.final_step}: {prop.final_params_differing} of "
+        f"{prop.final_params_total} differ",
+    ]
+
+
+def processes_table(c: Comparison) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False, header_style="dim")
+    for column in ("process", "steps A", "steps B", "first divergence"):
+        table.add_column(column)
+    for p in c.processes:
+        first = p.first
+        text = "identical" if first is None else f"step {first.step} {first.phase} {first.location}"
+        table.add_row(p.process, str(p.steps_a), str(p.steps_b), text)
+    return table
+
+
+def render_text(comparison: Comparison, width: int = WIDTH) -> str:
+    """The report as plain text at a fixed width (golden tests, logs)."""
+    console = Console(
+        width=width, record=True, color_system=None, force_terminal=False, file=io.StringIO()
+    )
+    console.print(ComparisonReport(comparison))
+    return console.export_text()

@@ -1,0 +1,138 @@
+"""Read one process's run file, validating the format and cutting a torn tail.
+
+>>> # RunFile.open("runs/a/rank0.h5").steps_complete  -> number of completed steps
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from divergence.errors import CorruptRunError, IncompatibleVersionError, NotARunError
+from divergence.store.schema import (
+    FORMAT_MARKER,
+    FORMAT_VERSION,
+    RECORDS,
+    STRINGS,
+    TENSORS,
+    Kind,
+    step_end_fp,
+)
+
+HINT_CORRUPT = "the file is damaged or truncated; record the run again"
+
+
+@dataclass
+class RunFile:
+    """A validated run file: its records up to the last completed step, strings and metadata."""
+
+    path: Path
+    records: np.ndarray
+    strings: list[str]
+    meta: dict[str, Any]
+    end: dict[str, Any] | None
+    exit_status: int | None
+    torn_rows: int  # rows after the last completed step (a killed writer)
+    dumped_rows: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunFile:
+        path = Path(path)
+        try:
+            with h5py.File(path, "r") as file:
+                return cls._read(path, file)
+        except (NotARunError, IncompatibleVersionError, CorruptRunError):
+            raise
+        except FileNotFoundError as exc:
+            raise CorruptRunError(f"{path}: file not found") from exc
+        except (OSError, KeyError, ValueError) as exc:
+            raise CorruptRunError(
+                f"{path}: cannot read HDF5 ({_short(exc)})", hint=HINT_CORRUPT
+            ) from exc
+
+    @classmethod
+    def _read(cls, path: Path, file: h5py.File) -> RunFile:
+        marker = file.attrs.get("diverge_format")
+        if marker != FORMAT_MARKER:
+            raise NotARunError(
+                f"{path}: not a diverge run (no format marker)",
+                hint="pass a directory written by 'diverge record'",
+            )
+        version = int(file.attrs.get("format_version", -1))
+        if version != FORMAT_VERSION:
+            raise IncompatibleVersionError(
+                f"{path}: written in run format version {version}, this diverge reads "
+                f"version {FORMAT_VERSION}",
+                hint="compare it with the diverge version that recorded it",
+            )
+        raw = file[RECORDS][()]
+        strings = [s.decode() if isinstance(s, bytes) else str(s) for s in file[STRINGS][()]]
+        complete = _complete_prefix(raw)
+        records = raw[:complete]
+        if records.size and int(
+            max(records["name"].max(), records["dtype"].max(), records["note"].max())
+        ) >= len(strings):
+            raise CorruptRunError(
+                f"{path}: records name strings that are missing", hint=HINT_CORRUPT
+            )
+        return cls(
+            path=path,
+            records=records,
+            strings=strings,
+            meta=json.loads(file.attrs.get("meta", "{}")),
+            end=json.loads(file.attrs["end"]) if "end" in file.attrs else None,
+            exit_status=int(file.attrs["exit_status"]) if "exit_status" in file.attrs else None,
+            torn_rows=int(raw.size - complete),
+            dumped_rows=frozenset(int(k) for k in file[TENSORS] if int(k) < complete),
+        )
+
+    @property
+    def complete(self) -> bool:
+        """True when the process closed the file itself (it was not killed)."""
+        return self.end is not None
+
+    @cached_property
+    def steps(self) -> np.ndarray:
+        """The completed step numbers, in order."""
+        ends = self.records["kind"] == Kind.STEP_END
+        return np.asarray(self.records["step"][ends])
+
+    @property
+    def steps_complete(self) -> int:
+        return int(self.steps.size)
+
+    def name(self, index: int) -> str:
+        return self.strings[index]
+
+    def tensor(self, row: int) -> tuple[np.ndarray, str] | None:
+        """The dumped copy of record ``row`` and its dtype name, or None if it was not dumped."""
+        if row not in self.dumped_rows:
+            return None
+        with h5py.File(self.path, "r") as file:
+            dataset = file[TENSORS][str(row)]
+            return dataset[()], str(dataset.attrs["dtype"])
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """Only the metadata of a run file (cheap: no records are read)."""
+    with h5py.File(path, "r") as file:
+        return dict(json.loads(file.attrs.get("meta", "{}")))
+
+
+def _complete_prefix(raw: np.ndarray) -> int:
+    """Rows up to and including the last genuine end-of-step marker."""
+    ends = np.flatnonzero(raw["kind"] == Kind.STEP_END)
+    for index in ends[::-1]:
+        if int(raw["fp"][index]) == step_end_fp(int(raw["step"][index])):
+            return int(index) + 1
+    return 0
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__

@@ -1,0 +1,79 @@
+"""A run: the directory of per-process files that one ``diverge record`` wrote.
+
+>>> # run = Run.open("runs/a"); [p.key for p in run.processes]  -> ["rank0", "rank1"]
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from divergence.errors import RunNotFoundError
+from divergence.store.reader import RunFile, read_meta
+
+RANK_FILE = re.compile(r"^rank(\d+)(?:-pid\d+)?\.h5$")
+
+
+@dataclass
+class Process:
+    """One recorded process. ``key`` pairs processes across runs: ``rank<R>`` or ``process<i>``."""
+
+    key: str
+    rank: int | None
+    path: Path
+
+    def load(self) -> RunFile:
+        return RunFile.open(self.path)
+
+
+@dataclass
+class Run:
+    path: Path
+    processes: list[Process]
+
+    @classmethod
+    def open(cls, path: str | Path) -> Run:
+        """Open a run directory (or a single run file, treated as a one-process run)."""
+        path = Path(path)
+        if not path.exists():
+            raise RunNotFoundError(
+                f"{path}: no such file or directory",
+                hint="give the directory 'diverge record' wrote",
+            )
+        if path.is_file():
+            return cls(path=path, processes=[Process("process0", None, path)])
+        files = sorted(path.glob("*.h5"))
+        if not files:
+            raise RunNotFoundError(
+                f"{path}: holds no run files (*.h5)",
+                hint="was the command recorded with 'diverge record'?",
+            )
+        return cls(path=path, processes=_pair_keys(files))
+
+    def by_key(self) -> dict[str, Process]:
+        return {p.key: p for p in self.processes}
+
+
+def _pair_keys(files: list[Path]) -> list[Process]:
+    """Rank files pair by rank; other processes pair by their start order (pid order as a proxy
+    would be wrong: pids wrap), which the file's creation time gives."""
+    ranked, others = [], []
+    for file in files:
+        match = RANK_FILE.match(file.name)
+        if match:
+            key = f"rank{match.group(1)}" if "-pid" not in file.name else file.stem
+            ranked.append(Process(key, int(match.group(1)), file))
+        else:
+            others.append(file)
+    ranked.sort(key=lambda p: (p.rank, p.path.name))
+    others.sort(key=lambda f: (_start_time(f), f.name))
+    return ranked + [Process(f"process{i}", None, f) for i, f in enumerate(others)]
+
+
+def _start_time(file: Path) -> float:
+    """The recorded process start time (from the metadata), else the file's own time."""
+    try:
+        return float(read_meta(file).get("start_time", 0.0))
+    except Exception:
+        return file.stat().st_mtime

@@ -1,0 +1,102 @@
+"""The on-disk run format, written down in one place (see docs/FORMAT.md).
+
+A run is a directory with one HDF5 file per recorded process: ``rank<R>.h5`` when ``RANK`` is set,
+else ``pid<PID>.h5``. Each file holds:
+
+* attrs ``diverge_format`` (= :data:`FORMAT_MARKER`), ``format_version`` (= :data:`FORMAT_VERSION`),
+  ``meta`` (JSON: command, versions, environment, determinism settings), ``end`` (JSON, written at
+  a clean exit) and ``exit_status`` (written by ``diverge record`` when the command ends);
+* ``records``: a chunked, resizable 1-D compound dataset of :data:`RECORD_DTYPE`, in execution
+  order;
+  every step ends with a :attr:`Kind.STEP_END` marker whose ``fp`` is ``step ^ STEP_END_MAGIC``;
+* ``strings``: variable-length UTF-8 strings; ``name``, ``dtype`` and ``note`` fields index it;
+* ``tensors/<row>``: full copies of the records that were dumped (``dump == 1``), with attrs
+  ``dtype`` (torch-style name) and ``shape``; dtypes numpy lacks are stored as unsigned bit views.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+FORMAT_MARKER = "diverge-run"
+FORMAT_VERSION = 1
+MAX_DIMS = 8
+STEP_END_MAGIC = 0xD1BE_26E5_0000_5EED
+RECORDS = "records"
+STRINGS = "strings"
+TENSORS = "tensors"
+CHUNK_RECORDS = 16384
+
+
+class Phase(IntEnum):
+    """Where in a training step a record was taken (what a user reads as 'phase')."""
+
+    MARKER = 0
+    INIT = 1
+    RNG = 2
+    DATA = 3
+    FORWARD = 4
+    BACKWARD = 5
+    OPTIMIZER = 6
+    COMMUNICATION = 7
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Kind(IntEnum):
+    """What a record fingerprints."""
+
+    INVALID = 0  # zero-filled rows of a torn write read as this
+    INPUT = 1  # a module's (or op's) input
+    OUTPUT = 2  # a module's (or op's) output
+    GRAD_OUTPUT = 3  # gradient flowing into a module's output
+    PARAM_GRAD = 4  # a parameter's accumulated gradient
+    PARAM = 5  # a parameter's value (init, or after an optimizer step)
+    OPTIM_STATE = 6  # an optimizer state tensor after its step
+    LOSS = 7  # the tensor passed to backward()
+    RNG_STATE = 8  # a random generator's state at a step start
+    BATCH = 9  # a data batch (root module inputs, DataLoader batches)
+    PROBE = 10  # an explicit divergence.probe()
+    BUFFER = 11  # a module buffer (running statistics) after an optimizer step
+    OP_INPUT = 12
+    OP_OUTPUT = 13
+    COLLECTIVE_IN = 14
+    COLLECTIVE_OUT = 15
+    STEP_END = 255
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Status(IntEnum):
+    OK = 0
+    SKIPPED = 1  # not fingerprinted: ``note`` says why (meta tensor, nested tensor, ...)
+
+
+RECORD_DTYPE = np.dtype(
+    [
+        ("step", "<i8"),
+        ("phase", "u1"),
+        ("kind", "u1"),
+        ("algo", "u1"),
+        ("status", "u1"),
+        ("slot", "<u2"),  # position in a flattened pytree (output 0, 1, ...)
+        ("dump", "u1"),  # 1 when tensors/<row> holds a full copy
+        ("ndim", "u1"),
+        ("name", "<u4"),  # strings[name]: module path, parameter name, probe name
+        ("dtype", "<u4"),  # strings[dtype]: torch-style dtype name
+        ("note", "<u4"),  # strings[note]: skip reason or extra detail, 0 = none
+        ("shape", "<i8", (MAX_DIMS,)),
+        ("fp", "<u8"),
+    ]
+)
+
+
+def step_end_fp(step: int) -> int:
+    """The ``fp`` value that marks a genuine end-of-step marker (guards torn writes)."""
+    return (step ^ STEP_END_MAGIC) & ((1 << 64) - 1)
