@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[torch,dev]"
+	$(PIP) install -q -e ".[torch,tensorflow,dev]"
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: a CUDA build of torch was installed; install the CPU wheel" >&2; exit 1; fi
 	touch $(STAMP)
