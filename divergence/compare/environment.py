@@ -31,11 +31,8 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
     """Differences in versions, threads, determinism switches, env vars, arguments and seeds."""
     fa, fb = flatten(a), flatten(b)
     keys = sorted((set(fa) | set(fb)) - IGNORED)
-    return [
-        EnvDifference(k, fa.get(k), fb.get(k))
-        for k in keys
-        if _normal(fa.get(k), k) != _normal(fb.get(k), k)
-    ]
+    pairs = ((k, _normal(fa.get(k), k), _normal(fb.get(k), k)) for k in keys)
+    return [EnvDifference(k, a, b) for k, a, b in pairs if a != b]
 
 
 def _normal(value: Any, key: str) -> Any:

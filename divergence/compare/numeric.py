@@ -28,10 +28,14 @@ Definitions
   ``-0.0`` vs ``+0.0`` is 1 ULP, ``inf`` is 1 ULP above the largest finite value, and the
   smallest negative subnormal is 2 ULPs from ``+0.0``. Distances are exact (computed in
   uint64, reported as Python ``int``). Elements that are NaN in either run have no ULP
-  distance; complex elements take the larger of the real and imaginary distances.
+  distance (``max_ulp`` is 0 when only NaNs differ); complex elements take the larger of
+  the real and imaginary distances. The histogram buckets the distances of the mismatched
+  non-NaN elements as ``1``, ``2-3``, ``4-15``, ``16-255`` and ``>=256``.
 * **Bits**: over all mismatched elements (NaNs included) the XOR of the bits is split into
   sign, exponent and mantissa fields. ``sign_changes`` and ``exponent_changes`` may overlap;
   ``mantissa_only`` counts elements where nothing but mantissa bits differ.
+* **Integers and bool**: only the mismatch count and, for integers, the greatest absolute
+  (exact ``|a - b|``, then converted to float) and relative differences; no ULP or bit fields.
 
 Reading rule
 ------------
@@ -45,7 +49,8 @@ With ``p`` the number of stored mantissa bits of the (component) float format:
 * A changed element is **within noise** when it is finite in both runs or infinite in both,
   and it moved by at most the noise limit in ULPs counted either at its own magnitude (the
   ULP distance) or at the tensor's scale: ``|a - b| <= noise limit * ulp(scale)``, where
-  ``scale`` is the largest finite magnitude in either run. The second clause covers
+  ``scale`` is the largest finite magnitude in either run and ``ulp(x)`` the spacing of the
+  format's representable values at ``x``. The second clause covers
   cancellation: the rounding error of a sum is proportional to its terms, not to its result,
   so small outputs of a reordered reduction (a matmul, a norm) move by many of their own ULPs
   and may even change sign, while staying within a few ULPs of the tensor's largest value.
@@ -101,7 +106,7 @@ _EXPLANATIONS: Final[dict[str, str]] = {
     "large change": (
         "few elements changed by a lot, or a NaN or inf appeared: a real bug or a data difference"
     ),
-    "mixed": ("changes beyond rounding noise in many elements, or noise plus a few large changes"),
+    "mixed": "changes beyond rounding noise in many elements, or noise plus a few large changes",
     "non-float difference": "integer or boolean values differ",
 }
 
@@ -119,6 +124,12 @@ _UINT_BY_WIDTH: Final[dict[int, type[np.unsignedinteger[Any]]]] = {
     16: np.uint16,
     32: np.uint32,
     64: np.uint64,
+}
+_INT_BY_WIDTH: Final[dict[int, type[np.signedinteger[Any]]]] = {
+    8: np.int8,
+    16: np.int16,
+    32: np.int32,
+    64: np.int64,
 }
 
 
@@ -289,7 +300,7 @@ def _storage_bits(arr: AnyArray, name: str, which: str) -> AnyArray:
             )
         if name in _COMPLEX_COMPONENT:
             comp = _FLOAT_FORMATS[_COMPLEX_COMPONENT[name]]
-            values = arr if exact else arr.view(np.dtype(native or np.complex128))
+            values = arr if exact else arr.view(_NUMPY_NATIVE[name])
             parts = np.stack([values.real, values.imag], axis=-1)
             return parts.view(comp.uint)
         return arr.view(_FLOAT_FORMATS[name].uint)
@@ -316,12 +327,12 @@ def decode_float64(arr: AnyArray, dtype: str) -> AnyArray:
         [1.0, 448.0]
     """
     name = _normalise_dtype(dtype)
+    if name not in _FLOAT_FORMATS and name not in _COMPLEX_COMPONENT:
+        raise ValueError(f"{name} is not a floating-point dtype")
     bits = _storage_bits(np.asarray(arr), name, "a")
     if name in _COMPLEX_COMPONENT:
         parts = _decode_bits(bits, _FLOAT_FORMATS[_COMPLEX_COMPONENT[name]])
         return parts[..., 0] + 1j * parts[..., 1]
-    if name not in _FLOAT_FORMATS:
-        raise ValueError(f"{name} is not a floating-point dtype")
     return _decode_bits(bits, _FLOAT_FORMATS[name])
 
 
@@ -331,14 +342,9 @@ def _ordered(bits: AnyArray, fmt: _FloatFormat) -> AnyArray:
     Non-negative values map to their magnitude bits ``m``; negative ones to ``~m == -m - 1``
     (so -0.0 sits just below +0.0) or, for the fnuz formats without a negative zero, to ``-m``.
     """
-    if fmt.width == 64:
-        signed = np.ascontiguousarray(bits).view(np.int64)
-        neg_mask = signed >> 63  # arithmetic shift: -1 for negative values, else 0
-    else:
-        signed = bits.astype(np.int64)
-        neg_mask = -(signed >> (fmt.width - 1))
-    mag = signed & np.int64(fmt.sign_mask - 1)
-    ordered = mag ^ neg_mask  # m or ~m
+    signed = bits.view(_INT_BY_WIDTH[fmt.width])  # same-width signed view, no copy
+    neg_mask = signed >> (fmt.width - 1)  # arithmetic shift: -1 for negative values, else 0
+    ordered = (signed & (fmt.sign_mask - 1)) ^ neg_mask  # m or ~m == -m - 1 (fits the width)
     if fmt.special == "fnuz":
         ordered -= neg_mask  # ~m + 1 == -m
     return ordered
@@ -349,8 +355,8 @@ def _ulp_distance(bits_a: AnyArray, bits_b: AnyArray, fmt: _FloatFormat) -> AnyA
     oa = _ordered(bits_a, fmt)
     ob = _ordered(bits_b, fmt)
     if fmt.width < 64:  # the difference fits in int64
-        oa -= ob
-        return np.abs(oa, out=oa).view(np.uint64)
+        dist = np.subtract(oa, ob, dtype=np.int64)
+        return np.abs(dist, out=dist).view(np.uint64)
     ua = oa.view(np.uint64)
     ub = ob.view(np.uint64)
     return np.where(oa >= ob, ua - ub, ub - ua)  # two's-complement wrap keeps it exact
@@ -361,14 +367,12 @@ def _max_finite_magnitude(bits: AnyArray, fmt: _FloatFormat) -> float:
     if bits.size == 0:
         return 0.0
     u = fmt.uint
-    mag = bits & u(fmt.sign_mask - 1)
-    if fmt.special == "ieee":
-        finite = (bits & u(fmt.exp_mask)) != u(fmt.exp_mask)
-    elif fmt.special == "fn":
-        finite = mag != u(fmt.exp_mask | fmt.man_mask)
-    else:
-        finite = bits != u(fmt.sign_mask)
-    top = np.max(np.where(finite, mag, u(0)))
+    mag = bits & u(fmt.sign_mask - 1)  # magnitudes order like the values they encode
+    # Magnitudes at or above `limit` are inf/NaN (fnuz: the NaN 0x80 has magnitude 0).
+    limit = {"ieee": fmt.exp_mask, "fn": fmt.exp_mask | fmt.man_mask, "fnuz": fmt.sign_mask}
+    top = mag.max()
+    if int(top) >= limit[fmt.special]:
+        top = np.max(np.where(mag < u(limit[fmt.special]), mag, u(0)))
     return float(_decode_bits(np.array([top], dtype=u), fmt)[0])
 
 
@@ -453,7 +457,8 @@ class NumericDiff:
                     f"NaN mismatch: {self.nan_mismatch} element(s) NaN in one run only "
                     "or with different NaN bits"
                 )
-        lines.append(f"Reading: {self.reading} ({_EXPLANATIONS[self.reading]})")
+        why = _EXPLANATIONS.get(self.reading)
+        lines.append(f"Reading: {self.reading} ({why})" if why else f"Reading: {self.reading}")
         return lines
 
     def to_json(self) -> dict[str, object]:
@@ -520,6 +525,17 @@ def _abs_diff(va: AnyArray, vb: AnyArray) -> AnyArray:
     if undefined.any():
         diff[undefined] = 0.0
     return diff
+
+
+def _histogram(ulp: AnyArray, max_ulp: int) -> tuple[tuple[str, int], ...]:
+    """Counts per ``_ULP_BUCKETS`` bucket (all distances are >= 1)."""
+    at_least = [int(ulp.size)]  # elements with distance >= each bucket's low bound
+    for _, low, _ in _ULP_BUCKETS[1:]:
+        at_least.append(int(np.count_nonzero(ulp >= low)) if max_ulp >= low else 0)
+    at_least.append(0)
+    return tuple(
+        (label, at_least[i] - at_least[i + 1]) for i, (label, _, _) in enumerate(_ULP_BUCKETS)
+    )
 
 
 def _few(mismatched: int, total: int) -> bool:
@@ -646,12 +662,7 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
     if is_complex:
         ulp = ulp.max(axis=1)
     max_ulp = int(ulp.max()) if ulp.size else 0
-    top = _ULP_BUCKETS[-1][1]
-    counts = np.bincount(np.minimum(ulp, np.uint64(top)).astype(np.intp), minlength=top + 1)
-    histogram = tuple(
-        (label, int(counts[lo : top + 1 if hi is None else hi + 1].sum()))
-        for label, lo, hi in _ULP_BUCKETS
-    )
+    histogram = _histogram(ulp, max_ulp)
 
     # Reading.
     if mismatched == 0:

@@ -181,9 +181,19 @@ def finish(output: Path, handshake: Path, status: int, command: list[str]) -> in
         )
         return status if status else 2
     progress = Progress.read(handshake)
-    say(f"recorded {progress.line()} into {output}/ (exit status {status})")
+    say(f"recorded {progress.line()} into {output}/ ({describe_status(status)})")
     say(f"next: diverge info {_short(output)}   |   diverge compare {_short(output)} OTHER_RUN")
     return status
+
+
+def describe_status(status: int) -> str:
+    """``exit status 0``, or ``killed by SIGKILL (exit status 137)``."""
+    if status > 128:
+        try:
+            return f"killed by {signal.Signals(status - 128).name} (exit status {status})"
+        except ValueError:
+            pass
+    return f"exit status {status}"
 
 
 def _short(path: Path) -> str:

@@ -213,6 +213,28 @@ def test_reordered_summation_reads_as_noise_despite_large_own_ulps() -> None:
     assert d.reading == NOISE
 
 
+@pytest.mark.parametrize(
+    ("dtype", "big", "one", "small_a", "small_b"),
+    [
+        # inf and NaN present in both runs must not set the tensor's scale.
+        ("float32", [0x7F800000, 0x7FC00000], 0x3F800000, 0x33000000, 0xB3800000),
+        ("float8_e4m3fn", [0x7F, 0xFF], 0x38, 0x01, 0x82),  # NaNs 0x7F/0xFF; 1.0; +-tiny
+        ("float8_e4m3fnuz", [0x80], 0x40, 0x01, 0x82),  # NaN 0x80; 1.0; +-tiny
+    ],
+)
+def test_scale_ignores_inf_and_nan(
+    dtype: str, big: list[int], one: int, small_a: int, small_b: int
+) -> None:
+    uint = np.uint32 if dtype == "float32" else np.uint8
+    a = np.array([*big, one, small_a], dtype=uint)
+    b = np.array([*big, one, small_b], dtype=uint)
+    d = numeric_diff(a, b, dtype)
+    assert d.mismatched == 1 and d.sign_changes == 1 and d.nan_mismatch == 0
+    assert d.reading == NOISE
+    b[len(big)] = b[len(big)] + 1  # plus a 1-ULP change of the 1.0 itself: still noise
+    assert numeric_diff(a, b, dtype).reading == NOISE
+
+
 def test_sign_flip_far_from_zero_is_not_noise() -> None:
     a = np.linspace(1.0, 2.0, 100)
     b = a.copy()

@@ -138,7 +138,8 @@ class TorchRecorder:
                 )
         if self.session.begin_event():
             for path, param in root.named_parameters():
-                self._add(Phase.INIT, Kind.PARAM, prefix + path, param)
+                if self.session.wants(prefix + path):
+                    self._add(Phase.INIT, Kind.PARAM, prefix + path, param)
         return self.module_names[root]
 
     def _param_name(self, param: torch.Tensor, optimizer: torch.optim.Optimizer, index: str) -> str:
@@ -182,11 +183,14 @@ class TorchRecorder:
         root = not self.stack
         name = self._name_of(module)
         self.stack.append(name)
-        if root:
+        # A root with parameters is a model: its call may start a step and its inputs are the
+        # batch. A parameter-free root (a loss module called after the model) just has inputs.
+        is_model = root and next(module.parameters(), None) is not None
+        if is_model:
             s.root_forward()
         if not s.begin_event() or not s.wants(name):
             return
-        phase, kind = (Phase.DATA, Kind.BATCH) if root else (Phase.FORWARD, Kind.INPUT)
+        phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (Phase.FORWARD, Kind.INPUT)
         self._add_all(phase, kind, name, tensors_of(args))
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
@@ -243,7 +247,8 @@ class TorchRecorder:
         self.cache.clear()
         self.stepped_this_step.clear()
         for name, fingerprint in rng_fingerprints():
-            session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
+            if session.wants(name):
+                session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
 
     def probe(self, session: Session, value: object, name: str) -> bool:
         tensors = tensors_of(value)

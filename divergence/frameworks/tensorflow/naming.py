@@ -1,0 +1,107 @@
+"""Stable names for Keras layers and variables, equal in every process running the same script.
+
+Keras numbers auto-named layers per process (``dense``, ``dense_1``, ... keep counting across
+models), so ``layer.path`` differs between two runs that built other models first. Here a name is
+the path from the root through the layer tree, ``.``-separated like torch module paths (the
+compare core treats ``.`` as the parent separator and ``/`` as "optimizer slot of"); an auto-named
+layer is renamed by its class and its occurrence among its siblings, a user-chosen name is kept.
+
+>>> import keras
+>>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+>>> sorted(layer_names(model, "sequential").values())
+['sequential', 'sequential.dense', 'sequential.dense_1']
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from keras.src.utils.naming import to_snake_case
+
+SKIPPED_LAYERS = frozenset({"InputLayer"})
+
+
+def base_name(layer: Any) -> str:
+    """The name Keras gives a layer of this class before numbering it."""
+    return str(to_snake_case(type(layer).__name__))
+
+
+def is_auto_named(layer: Any) -> bool:
+    """``dense_12`` for a Dense: Keras chose it, and the number depends on the process history."""
+    return re.fullmatch(rf"{re.escape(base_name(layer))}(_\d+)?", str(layer.name)) is not None
+
+
+def root_label(layer: Any) -> str:
+    return base_name(layer) if is_auto_named(layer) else str(layer.name)
+
+
+def children(layer: Any) -> list[Any]:
+    """Direct sublayers in tracking order (attribute order for subclassed layers)."""
+    found = getattr(layer, "_layers", None) or []
+    return [child for child in found if type(child).__name__ not in SKIPPED_LAYERS]
+
+
+def layer_names(root: Any, root_name: str) -> dict[int, str]:
+    """``id(layer) -> name`` for ``root`` and every layer below it (first path wins if shared)."""
+    names: dict[int, str] = {id(root): root_name}
+    pending = [(root, root_name)]
+    while pending:
+        layer, path = pending.pop(0)
+        seen: dict[str, int] = {}
+        for child in children(layer):
+            if id(child) in names:
+                continue
+            label = str(child.name)
+            if is_auto_named(child):
+                base = base_name(child)
+                count = seen.get(base, 0)
+                seen[base] = count + 1
+                label = base if count == 0 else f"{base}_{count}"
+            names[id(child)] = f"{path}.{label}"
+            pending.append((child, names[id(child)]))
+    return names
+
+
+def own_variables(layer: Any) -> list[tuple[str, Any]]:
+    """A layer's own variables (not its sublayers') with a stable short label."""
+    found = [
+        *getattr(layer, "_trainable_variables", []),
+        *getattr(layer, "_non_trainable_variables", []),
+    ]
+    labels = [(str(v.name), v) for v in found]
+    for index, generator in enumerate(getattr(layer, "_seed_generators", [])):
+        state = getattr(generator, "state", None)
+        if state is not None:
+            labels.append((f"seed_generator{index}.state", state))
+    return labels
+
+
+def variable_names(root: Any, root_name: str) -> dict[int, str]:
+    """``id(variable) -> layer_name.variable_label`` for every variable under ``root``."""
+    names: dict[int, str] = {}
+    layers = {id(layer): layer for layer in root._flatten_layers(include_self=True)}
+    for layer_id, layer_name in layer_names(root, root_name).items():
+        layer = layers.get(layer_id)
+        if layer is None:
+            continue
+        for label, variable in own_variables(layer):
+            names.setdefault(id(variable), f"{layer_name}.{label}")
+    return names
+
+
+def optimizer_slots(optimizer: Any, variables: list[Any]) -> dict[int, list[tuple[str, Any]]]:
+    """``id(model variable) -> [(slot label, optimizer variable)]`` from Keras' slot naming
+    ``{reference.path with / as _}_{slot}`` (the longest matching reference wins)."""
+    prefixes = sorted(
+        ((str(v.path).replace("/", "_") + "_", v) for v in variables),
+        key=lambda item: -len(item[0]),
+    )
+    slots: dict[int, list[tuple[str, Any]]] = {id(v): [] for v in variables}
+    for slot_variable in optimizer.variables:
+        label = str(slot_variable.name)
+        for prefix, reference in prefixes:
+            if label.startswith(prefix) and slot_variable is not reference:
+                slots[id(reference)].append((label[len(prefix) :], slot_variable))
+                break
+    return slots

@@ -1,0 +1,180 @@
+"""End to end through the real CLI: record real torch trainings twice, compare them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.conftest import Recorder, compare_json, run_cli
+
+
+def test_identical_runs_exit_0(record: Recorder) -> None:
+    a, b = record("mlp.py", tag="a"), record("mlp.py", tag="b")
+    result = run_cli("compare", str(a), str(b))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("IDENTICAL: ")
+    code, report = compare_json(a, b)
+    assert (code, report["status"], report["first_divergence"]) == (0, "identical", None)
+    assert report["schema"] == "diverge.compare/1"
+
+
+def test_planted_bit_flip_is_found_at_its_step_and_module_as_origin(record: Recorder) -> None:
+    a, b = record("mlp.py", tag="a"), record("mlp.py", "--flip-step", "3")
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and report["status"] == "diverged"
+    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
+        3,
+        "forward",
+        "output",
+        "block",
+    )
+    assert first["reason"] == "value" and first["origin"] is True
+    assert "`block.fc` output" in first["origin_text"]  # the last child, which matched
+    assert first["rank"] == "process0"
+    assert first["cause"] == "configuration"  # the runs' arguments differ (--flip-step)
+    prop = report["processes"][0]["propagation"]
+    assert prop["differing_in_first_step"] >= 1 and prop["steps_with_differences"] >= 1
+
+
+def test_flip_report_reads_as_a_verdict_then_details(record: Recorder) -> None:
+    a, b = record("mlp.py", tag="a"), record("mlp.py", "--flip-step", "3")
+    result = run_cli("compare", "--width", "100", str(a), str(b))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "DIVERGED (value) at step 3, forward: output of block [origin]"
+    assert all(len(line) <= 100 for line in lines)
+    assert "\x1b[" not in result.stdout  # no colour when piped
+    assert run_cli("compare", "-q", str(a), str(b)).stdout == ""
+
+
+def test_structural_divergence(record: Recorder) -> None:
+    a, b = record("mlp.py", tag="a"), record("mlp.py", "--extra-op-step", "2")
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert (code, first["reason"], first["step"]) == (1, "structure", 2)
+    assert "different code paths" in first["origin_text"]
+
+
+def test_killed_run_is_compared_up_to_its_last_complete_step(record: Recorder) -> None:
+    a, b = record("mlp.py", tag="a"), record("mlp.py", "--kill-step", "3", expect=137)
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert (code, first["reason"]) == (1, "length")
+    process = report["processes"][0]
+    assert process["complete_b"] is False and process["steps_b"] in (3, 4)
+    assert any("incomplete" in note for note in report["notes"])
+    info = run_cli("info", str(b))
+    assert info.returncode == 0 and "INCOMPLETE" in info.stdout
+
+
+def test_shorter_complete_run_is_a_length_divergence(record: Recorder) -> None:
+    a, b = record("mlp.py", "--steps", "6"), record("mlp.py", "--steps", "4")
+    code, report = compare_json(a, b)
+    assert (code, report["first_divergence"]["reason"]) == (1, "length")
+    assert "4 complete steps" in report["first_divergence"]["origin_text"]
+
+
+def test_unseeded_initialisation_is_classified(record: Recorder) -> None:
+    a = record("mlp.py", "--unseeded-init", tag="1")
+    b = record("mlp.py", "--unseeded-init", tag="2")
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"]) == (0, "init", "param")
+    assert first["cause"] == "initialisation"
+
+
+def test_thread_count_divergence_names_the_environment(record: Recorder) -> None:
+    a = record("mlp.py", "--threads", "1")
+    b = record("mlp.py", "--threads", "2")
+    code, report = compare_json(a, b)
+    keys = {e["key"] for e in report["environment_differences"]}
+    assert "threads.torch.get_num_threads" in keys and "argv" in keys
+    if code == 1:  # a tiny model may not show the reduction-order effect; the sample model does
+        assert report["first_divergence"]["cause"] == "compute"
+
+
+def test_dumped_tensors_give_a_numeric_diff(record: Recorder) -> None:
+    dump = ("--dump-steps", "3:4", "--dump-include", "block")
+    a = record("mlp.py", options=dump, tag="a")
+    b = record("mlp.py", "--flip-step", "3", options=dump)
+    _, report = compare_json(a, b)
+    numeric = report["first_divergence"]["numeric"]
+    assert numeric["mismatched"] == 1 and numeric["max_ulp"] == 1
+    text = run_cli("compare", "--width", "100", str(a), str(b)).stdout
+    assert "Mismatched elements: 1 / " in text
+
+
+def test_no_optimizer_loop_steps_per_forward(record: Recorder) -> None:
+    run = record("mlp.py", "--no-optimizer", "--steps", "5")
+    info = run_cli("info", "--json", str(run))
+    import json
+
+    process = json.loads(info.stdout)["processes"][0]
+    assert process["steps"] == 5 and process["complete"] is True
+
+
+def test_explicit_step_and_probe_api(record: Recorder) -> None:
+    import json
+
+    run = record("custom_loop.py")
+    process = json.loads(run_cli("info", "--json", str(run)).stdout)["processes"][0]
+    assert process["steps"] >= 2 and process["kinds"].get("probe", 0) >= process["steps"]
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path: Path, record: Recorder) -> None:
+    good = record("mlp.py", tag="a")
+    text = tmp_path / "notes.h5"
+    text.write_text("not hdf5")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    import h5py
+
+    with h5py.File(foreign / "x.h5", "w") as f:
+        f["data"] = [1, 2, 3]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    data = next(good.glob("*.h5")).read_bytes()
+    (truncated / "pid1.h5").write_bytes(data[: len(data) // 3])
+    cases = {
+        str(tmp_path / "missing"): "no such file or directory",
+        str(text): "cannot read HDF5",
+        str(foreign): "not a diverge run",
+        str(truncated): "cannot read HDF5",
+        str(empty): "holds no run files",
+    }
+    for path, message in cases.items():
+        result = run_cli("compare", str(good), path)
+        assert result.returncode == 2, (path, result.stderr)
+        assert result.stdout == ""
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+def test_runs_of_different_scripts_are_refused(record: Recorder) -> None:
+    result = run_cli("compare", str(record("mlp.py", tag="a")), str(record("custom_loop.py")))
+    assert result.returncode == 2
+    assert "recorded 'mlp.py' but" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_compare_and_info_work_without_torch_or_tensorflow(record: Recorder) -> None:
+    a, b = record("mlp.py", tag="a"), record("mlp.py", "--flip-step", "3")
+    blocker = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'tensorflow', 'keras'):\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from divergence.cli import main\n"
+        f"assert main(['compare', '-q', {str(a)!r}, {str(b)!r}]) == 1\n"
+        f"assert main(['info', {str(a)!r}]) == 0\n"
+        "assert not any(m.split('.')[0] in ('torch', 'tensorflow') for m in sys.modules)\n"
+    )
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,180 @@
+"""``diverge record`` wraps any command, never perturbs it, and fails loudly."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import torch
+
+from tests.conftest import ROOT, SCRIPTS, run_cli
+
+
+def h5_files(run: Path) -> list[Path]:
+    return sorted(run.glob("*.h5"))
+
+
+def steps_of(run: Path) -> list[int]:
+    info = json.loads(run_cli("info", "--json", str(run)).stdout)
+    return [p["steps"] for p in info["processes"]]
+
+
+def test_recorded_training_ends_with_the_same_bits_as_unrecorded(tmp_path: Path) -> None:
+    import subprocess
+
+    plain, recorded = tmp_path / "plain.pt", tmp_path / "recorded.pt"
+    args = [str(SCRIPTS / "mlp.py"), "--optimizer", "adam", "--steps", "6"]
+    subprocess.run([sys.executable, *args, "--out", str(plain)], check=True)
+    result = run_cli(
+        "record",
+        "-o",
+        str(tmp_path / "run"),
+        "--dump",
+        "--",
+        sys.executable,
+        *args,
+        "--out",
+        str(recorded),
+    )
+    assert result.returncode == 0, result.stderr
+    a, b = torch.load(plain), torch.load(recorded)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key].view(torch.int32), b[key].view(torch.int32)), key
+
+
+def test_record_prints_where_it_writes_and_what_to_run_next(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run_cli("record", "-o", str(out), "--", sys.executable, str(SCRIPTS / "mlp.py"))
+    assert result.returncode == 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("diverge: ")]
+    assert lines[1] == f"diverge: writing run to {out}/"
+    assert "diverge: recorded 6 steps" in result.stderr
+    assert "diverge compare" in lines[-1]
+    assert [p.name.startswith("pid") for p in h5_files(out)] == [True]
+
+
+def test_default_output_name_and_no_overwrite_without_force(tmp_path: Path) -> None:
+    command = ("--", sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "2")
+    first = run_cli("record", *command, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    (run,) = tmp_path.glob("diverge-mlp-*")
+    again = run_cli("record", "-o", str(run), *command)
+    assert again.returncode == 2
+    assert again.stderr.strip().endswith("already exists (hint: choose another -o or pass --force)")
+    assert run_cli("record", "-o", str(run), "--force", *command).returncode == 0
+
+
+def test_exit_status_of_the_command_is_returned_and_stored(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import sys, torch\n"
+        "model = torch.nn.Linear(3, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    model(torch.ones(2, 3)).sum().backward()\n"
+        "    optimizer.step()\n"
+        "sys.exit(3)\n"
+    )
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(script))
+    assert result.returncode == 3
+    info = json.loads(run_cli("info", "--json", str(tmp_path / "run")).stdout)
+    assert info["processes"][0]["exit_status"] == 3
+
+
+def test_python_without_site_customisation_is_refused_loudly(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run_cli("record", "-o", str(out), "--", sys.executable, "-I", str(SCRIPTS / "mlp.py"))
+    assert result.returncode == 2
+    assert "instrumentation did not start" in result.stderr
+    assert not out.exists()
+
+
+def test_module_c_string_and_shell_script_launches(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(SCRIPTS)}
+    module = run_cli(
+        "record",
+        "-o",
+        str(tmp_path / "m"),
+        "--",
+        sys.executable,
+        "-m",
+        "mlp",
+        "--steps",
+        "2",
+        env=env,
+    )
+    code = f"import runpy; runpy.run_path({str(SCRIPTS / 'mlp.py')!r}, run_name='__main__')"
+    inline = run_cli("record", "-o", str(tmp_path / "c"), "--", sys.executable, "-c", code)
+    shell = tmp_path / "train.sh"
+    shell.write_text(f"#!/bin/sh\nexec {sys.executable} {SCRIPTS / 'mlp.py'} --steps 3\n")
+    shell.chmod(shell.stat().st_mode | stat.S_IEXEC)
+    script = run_cli("record", "-o", str(tmp_path / "s"), "--", str(shell))
+    for result in (module, inline, script):
+        assert result.returncode == 0, result.stderr
+    assert steps_of(tmp_path / "m") == [2]
+    assert steps_of(tmp_path / "c") == [6]
+    assert steps_of(tmp_path / "s") == [3]
+
+
+def test_bare_script_path_runs_under_this_python(tmp_path: Path) -> None:
+    result = run_cli(
+        "record",
+        "-o",
+        str(tmp_path / "r"),
+        "--",
+        str((SCRIPTS / "mlp.py").relative_to(ROOT)),
+        "--steps",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert steps_of(tmp_path / "r") == [2]
+
+
+def test_child_processes_are_recorded_and_workers_leave_no_file(tmp_path: Path) -> None:
+    spawned = run_cli(
+        "record",
+        "-o",
+        str(tmp_path / "child"),
+        "--",
+        sys.executable,
+        str(SCRIPTS / "spawn_child.py"),
+    )
+    assert spawned.returncode == 0, spawned.stderr
+    assert steps_of(tmp_path / "child") == [3]  # the launcher process itself never trained
+    workers = run_cli(
+        "record",
+        "-o",
+        str(tmp_path / "workers"),
+        "--",
+        sys.executable,
+        str(SCRIPTS / "helper_process.py"),
+    )
+    assert workers.returncode == 0, workers.stderr
+    assert len(h5_files(tmp_path / "workers")) == 1
+
+
+def test_steps_and_include_limit_what_is_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    result = run_cli(
+        "record",
+        "-o",
+        str(out),
+        "--steps",
+        "2:4",
+        "--include",
+        "block*",
+        "--",
+        sys.executable,
+        str(SCRIPTS / "mlp.py"),
+    )
+    assert result.returncode == 0, result.stderr
+    process = json.loads(run_cli("info", "--json", str(out)).stdout)["processes"][0]
+    assert (process["first_step"], process["last_step"], process["steps"]) == (2, 3, 2)
+    from divergence.store.reader import RunFile
+
+    run = RunFile.open(h5_files(out)[0])
+    names = {run.strings[i] for i in run.records["name"]} - {""}
+    assert names and all(n.startswith("block") for n in names), names
