@@ -115,6 +115,12 @@ class Session:
                     callback(self)
         return self.recording
 
+    def begin_optimizer_event(self) -> bool:
+        """Like :meth:`begin_event`, for the records taken after an ``optimizer.step()``: when it
+        directly follows another optimizer's step, both belong to the same step."""
+        self._close_pending = False
+        return self.begin_event()
+
     def optimizer_stepped(self) -> None:
         """After an ``optimizer.step()``: the step closes at the next event."""
         if self.mode == "explicit":

@@ -217,7 +217,7 @@ class TorchRecorder:
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
-        if s.begin_event():
+        if s.begin_optimizer_event():
             for g, group in enumerate(optimizer.param_groups):
                 for i, param in enumerate(group["params"]):
                     name = self._param_name(param, optimizer, f"group{g}.param{i}")

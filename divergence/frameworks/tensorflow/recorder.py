@@ -1,0 +1,535 @@
+"""Keras 3 / TensorFlow 2 instrumentation: the user never passes the model.
+
+* ``keras.layers.Layer.__call__``: root inputs (BATCH), every layer's inputs and outputs, and a
+  layer's initial variables (INIT) when it first returns;
+* ``tf.GradientTape.gradient``: the loss; ``keras.optimizers.Optimizer.apply``: gradients, then
+  variables, optimizer slots and non-trainable variables after the update, and the step boundary;
+* ``tf.function`` calls: the step opens (RNG states) before an outermost call, and the probes that
+  ran inside are read from the record table after it (see :mod:`.table`).
+
+Eager code is fingerprinted as it runs; traced code (``fit``, ``@tf.function``, XLA) gets graph
+probes at trace time. Record order is execution order for eager code and trace order for graphs.
+
+NB: probes only read tensors (through ``tf.stop_gradient``) and write their own variables. TF
+graph-level op seeds count random ops, not all ops (TF 2.21 ``random_seed.get_seed``), so extra
+ops do not move the random streams.
+
+>>> # recorder = KerasRecorder(session); remove = recorder.install()
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from fnmatch import fnmatchcase
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import backprop
+from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+from divergence.fingerprint import Algorithm, header_seed, smix64_finish
+from divergence.frameworks.tensorflow import naming
+from divergence.frameworks.tensorflow.fingerprint import (
+    dtype_name,
+    finish,
+    readable,
+    word_sum_int64,
+)
+from divergence.frameworks.tensorflow.hooks import when_imported
+from divergence.frameworks.tensorflow.metadata import tf_metadata
+from divergence.frameworks.tensorflow.rng import framework_generators, host_rng_fingerprints
+from divergence.frameworks.tensorflow.table import (
+    EVENT_ROOT,
+    EVENT_STEPPED,
+    ProbeSpec,
+    ProbeTable,
+)
+from divergence.record.session import Fingerprint, Session
+from divergence.store.schema import MAX_DIMS, Kind, Phase
+
+EAGER, GRAPH = "eager", "graph"
+BIT_VIEWS = {1: tf.uint8, 2: tf.uint16, 4: tf.uint32, 8: tf.uint64}
+
+
+class Pending:
+    """An eager word sum not yet copied to the host, with the header seed to finish it."""
+
+    __slots__ = ("seed", "total")
+
+    def __init__(self, total: tf.Tensor, seed: int) -> None:
+        self.total, self.seed = total, seed
+
+
+def tensors_of(value: object) -> list[tf.Tensor]:
+    """The dense tensors in a nest, in ``tf.nest`` order (dict keys sorted)."""
+    return [x for x in tf.nest.flatten(value) if isinstance(x, tf.Tensor)]
+
+
+def to_host(t: tf.Tensor) -> tuple[np.ndarray, str]:
+    """A host copy for a dump; dtypes numpy lacks (bfloat16, float8) are stored as bit views."""
+    name = dtype_name(t.dtype)
+    if t.dtype == tf.bfloat16 or name.startswith("float8"):
+        t = tf.bitcast(t, BIT_VIEWS[t.dtype.size])
+    return np.array(t), name
+
+
+def raw_variable(variable: Any) -> Any:
+    """The ``tf.Variable`` behind a Keras variable (its ``.value`` may autocast)."""
+    inner = getattr(variable, "_value", None)
+    return inner if isinstance(inner, tf.Variable) else variable
+
+
+class KerasRecorder:
+    """Owns every patch; :meth:`remove` undoes them in reverse order."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.table = ProbeTable()
+        self.stack: list[str] = []
+        self.depth = 0  # nesting of tf.function calls
+        self.in_apply = False
+        self.layer_names: dict[int, tuple[weakref.ref[Any], str]] = {}
+        self.roots: list[tuple[weakref.ref[Any], str]] = []
+        self.var_names: dict[int, str] = {}
+        self.init_done: set[int] = set()
+        self.eager_cache: dict[Any, Fingerprint] = {}
+        self.notes: list[str] = []
+        self.undo: list[Callable[[], None]] = []
+
+    # --- installation ---------------------------------------------------------------------
+    def install(self) -> Callable[[], None]:
+        s = self.session
+        self._patch(polymorphic_function.Function, "__call__", self._wrap_function_call)
+        self._patch(backprop.GradientTape, "gradient", self._wrap_gradient)
+        self._patch(tf.random, "set_seed", self._wrap_set_seed)
+        for module, patch in (
+            ("keras.src.layers.layer", self._patch_layer),
+            ("keras.src.optimizers.base_optimizer", self._patch_optimizer),
+            ("keras.src.backend.tensorflow.trainer", self._patch_trainer),
+        ):
+            self.undo.append(when_imported(module, self._guard(patch)))
+        provider = functools.partial(tf_metadata, self.notes)
+        s.on_step_start.append(self.at_step_start)
+        s.metadata_providers.append(provider)
+        s.probe_handlers.insert(0, self.probe)
+        previous = s.resolve_pending
+        s.resolve_pending = functools.partial(resolve_pending, previous)
+        self.undo.append(lambda: setattr(s, "resolve_pending", previous))
+        self.undo.append(lambda: s.on_step_start.remove(self.at_step_start))
+        self.undo.append(lambda: s.metadata_providers.remove(provider))
+        self.undo.append(lambda: s.probe_handlers.remove(self.probe))
+        return self.remove
+
+    def remove(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+    def _patch(self, owner: Any, attr: str, wrapper: Callable[[Callable[..., Any]], Any]) -> None:
+        original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        setattr(owner, attr, wrapper(original))
+        self.undo.append(lambda: setattr(owner, attr, original))
+
+    def _patch_layer(self, module: ModuleType) -> None:
+        self._patch(module.Layer, "__call__", self._wrap_layer_call)
+
+    def _patch_optimizer(self, module: ModuleType) -> None:
+        self._patch(module.BaseOptimizer, "apply", self._wrap_apply)
+
+    def _patch_trainer(self, module: ModuleType) -> None:
+        self._patch(module.TensorFlowTrainer, "fit", self._wrap_fit)
+
+    def _guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """A recorder bug must not kill the training: say it once and stop recording."""
+
+        @functools.wraps(hook)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return hook(*args, **kwargs)
+            except Exception as exc:
+                self.session.fail(f"{hook.__name__}: {type(exc).__name__}: {exc}")
+                return None
+
+        return guarded
+
+    def note(self, text: str) -> None:
+        """A fact about this run's recording, kept in the run metadata (``meta["notes"]``)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+    # --- modes and records ----------------------------------------------------------------
+    def mode(self) -> str | None:
+        """EAGER: record now; GRAPH: add probes to the function being traced; None: neither
+        (symbolic Keras graphs, tf.data functions: traced code that no step executes)."""
+        if tf.executing_eagerly():
+            return EAGER
+        return GRAPH if self.depth > 0 and not self.session.failure else None
+
+    def record(
+        self, mode: str, phase: Phase, kind: Kind, name: str, tensors: list[tf.Tensor]
+    ) -> None:
+        """One record per tensor (slot = position); eager now, graph at every execution."""
+        s = self.session
+        if not s.wants(name):
+            return
+        for slot, t in enumerate(tensors):
+            if not readable(t) or t.shape.rank > MAX_DIMS:
+                shape = tuple(d or 0 for d in t.shape) if t.shape.rank is not None else ()
+                if mode == EAGER:
+                    s.add(phase, kind, name, Fingerprint.skip(t.dtype.name, shape, "unreadable"))
+                continue
+            if mode == EAGER:
+                dump = to_host(t) if s.wants_dump(name) else None
+                s.add(phase, kind, name, self.eager_fingerprint(t), slot, dump=dump)
+            else:
+                spec = ProbeSpec(
+                    phase, kind, name, slot, dtype_name(t.dtype), t.shape.rank, "",
+                    self._dump_variable(name, t),
+                )  # fmt: skip
+                self.table.probe(spec, t)
+
+    def eager_fingerprint(self, t: tf.Tensor) -> Fingerprint:
+        """Cached per step: a layer's input is usually the previous layer's output."""
+        key = t.ref()
+        hit = self.eager_cache.get(key)
+        if hit is None:
+            name, shape = dtype_name(t.dtype), tuple(int(d) for d in t.shape)
+            pending = Pending(word_sum_int64(t), header_seed(name, shape))
+            hit = self.eager_cache[key] = Fingerprint(pending, name, shape, Algorithm.SMIX64_SUM)
+        return hit
+
+    def _dump_variable(self, name: str, t: tf.Tensor) -> tf.Variable | None:
+        """A variable that keeps the probe's last value, when ``--dump`` may select this name."""
+        config = self.session.config
+        if not config.dumps_anything or not (
+            config.dump or any(fnmatchcase(name, g) for g in config.dump_include)
+        ):
+            return None
+        initial = tf.zeros(t.shape if t.shape.is_fully_defined() else [0], t.dtype)
+        with tf.init_scope():
+            return tf.Variable(initial, shape=tf.TensorShape(None), trainable=False)
+
+    # --- layers ---------------------------------------------------------------------------
+    def _wrap_layer_call(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:
+            mode = recorder.mode()
+            if mode is None or _symbolic(args, kwargs):
+                return original(layer, *args, **kwargs)
+            name = recorder.enter(layer, mode, args, kwargs)
+            try:
+                outputs = original(layer, *args, **kwargs)
+            finally:
+                recorder.stack.pop()
+            recorder._guard(recorder.leave)(layer, name, mode, outputs)
+            return outputs
+
+        return __call__
+
+    def enter(self, layer: Any, mode: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """Push the layer's name (always, so the stack stays balanced) and record its inputs."""
+        root = not self.stack
+        try:
+            name = self._name_of(layer, root)
+        except Exception as exc:
+            self.session.fail(f"naming {type(layer).__name__}: {type(exc).__name__}: {exc}")
+            name = type(layer).__name__
+        self.stack.append(name)
+        self._guard(self._record_inputs)(name, root, mode, args, kwargs)
+        return name
+
+    def _record_inputs(
+        self, name: str, root: bool, mode: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        s = self.session
+        if root and mode == EAGER:
+            s.root_forward()
+        elif root:
+            self.table.event(ProbeSpec(Phase.MARKER, Kind.INVALID, name, 0, "", 0, EVENT_ROOT))
+        if mode == EAGER and not s.begin_event():
+            return
+        phase, kind = (Phase.DATA, Kind.BATCH) if root else (Phase.FORWARD, Kind.INPUT)
+        self.record(mode, phase, kind, name, tensors_of((args, kwargs)))
+
+    def leave(self, layer: Any, name: str, mode: str, outputs: Any) -> None:
+        self._record_init(layer, name)
+        if mode == EAGER and not self.session.begin_event():
+            return
+        self.record(mode, Phase.FORWARD, Kind.OUTPUT, name, tensors_of(outputs))
+
+    def _name_of(self, layer: Any, root: bool) -> str:
+        entry = self.layer_names.get(id(layer))
+        if entry is not None and entry[0]() is layer:
+            return entry[1]
+        if root:
+            return self._adopt_root(layer)
+        self._rename_roots()  # the tree may have grown since (layers built in a first call)
+        entry = self.layer_names.get(id(layer))
+        if entry is not None and entry[0]() is layer:
+            return entry[1]
+        name = f"{self.stack[-1]}.<{type(layer).__name__}>"  # built on the fly in a forward
+        self.layer_names[id(layer)] = (weakref.ref(layer), name)
+        return name
+
+    def _adopt_root(self, root: Any) -> str:
+        label = naming.root_label(root)
+        name = label if not self.roots else f"{label}#{len(self.roots)}"
+        self.roots.append((weakref.ref(root), name))
+        self._name_tree(root, name)
+        return name
+
+    def _rename_roots(self) -> None:
+        for ref, name in self.roots:
+            root = ref()
+            if root is not None:
+                self._name_tree(root, name)
+
+    def _name_tree(self, root: Any, name: str) -> None:
+        layers = {id(layer): layer for layer in root._flatten_layers(include_self=True)}
+        for layer_id, layer_name in naming.layer_names(root, name).items():
+            known = self.layer_names.get(layer_id)
+            if layer_id in layers and (known is None or known[0]() is None):
+                self.layer_names[layer_id] = (weakref.ref(layers[layer_id]), layer_name)
+        self.var_names.update(
+            {k: v for k, v in naming.variable_names(root, name).items() if k not in self.var_names}
+        )
+
+    def _record_init(self, layer: Any, name: str) -> None:
+        """The layer's own variables when it first returns: built, and not yet trained."""
+        if id(layer) in self.init_done:
+            return
+        self.init_done.add(id(layer))
+        s = self.session
+        if not s.begin_event():
+            return
+        for label, variable in naming.own_variables(layer):
+            full = f"{name}.{label}"
+            self.var_names.setdefault(id(variable), full)
+            if not s.wants(full):
+                continue
+            with tf.init_scope():  # the current value, even while a function is traced
+                try:
+                    value = tf.convert_to_tensor(raw_variable(variable))
+                except Exception as exc:  # created inside this trace: no value yet
+                    reason = f"initial value unreadable at trace time: {type(exc).__name__}"
+                    s.add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", (), reason))
+                    continue
+                self.record(EAGER, Phase.INIT, Kind.PARAM, full, [value])
+
+    # --- loss, optimizer ------------------------------------------------------------------
+    def _wrap_gradient(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def gradient(tape: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            mode = recorder.mode()
+            if mode is not None:
+                recorder._guard(recorder.record_loss)(mode, target)
+            return original(tape, target, *args, **kwargs)
+
+        return gradient
+
+    def record_loss(self, mode: str, target: Any) -> None:
+        if mode == GRAPH or self.session.begin_event():
+            self.record(mode, Phase.BACKWARD, Kind.LOSS, "loss", tensors_of(target))
+
+    def _wrap_apply(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def apply(optimizer: Any, grads: Any, trainable_variables: Any = None) -> Any:
+            mode = recorder.mode()
+            if mode is None or recorder.in_apply:  # a wrapper optimizer calling its inner one
+                return original(optimizer, grads, trainable_variables)
+            grads = list(grads)
+            variables = list(
+                optimizer._trainable_variables if trainable_variables is None
+                else trainable_variables
+            )  # fmt: skip
+            recorder.in_apply = True
+            try:
+                recorder._guard(recorder.before_apply)(mode, grads, variables)
+                result = original(optimizer, grads, trainable_variables)
+                recorder._guard(recorder.after_apply)(mode, optimizer, variables)
+            finally:
+                recorder.in_apply = False
+            return result
+
+        return apply
+
+    def var_name(self, variable: Any) -> str:
+        name = self.var_names.get(id(variable))
+        if name is None:
+            self._rename_roots()
+            name = self.var_names.get(id(variable))
+        if name is None:  # not under any model this recorder saw: Keras' own (unstable) path
+            name = self.var_names[id(variable)] = f"?{getattr(variable, 'path', variable.name)}"
+        return name
+
+    def before_apply(self, mode: str, grads: list[Any], variables: list[Any]) -> None:
+        if mode == EAGER and not self.session.begin_event():
+            return
+        for grad, variable in zip(grads, variables, strict=False):
+            if grad is None:
+                continue
+            parts = [grad.values, grad.indices] if isinstance(grad, tf.IndexedSlices) else [grad]
+            self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, self.var_name(variable), parts)
+
+    def after_apply(self, mode: str, optimizer: Any, variables: list[Any]) -> None:
+        s = self.session
+        if mode == GRAPH or s.begin_event():
+            slots = naming.optimizer_slots(optimizer, variables)
+            for variable in variables:
+                name = self.var_name(variable)
+                self.record(mode, Phase.OPTIMIZER, Kind.PARAM, name, [_read(variable)])
+                for label, slot in slots.get(id(variable), []):
+                    self.record(
+                        mode, Phase.OPTIMIZER, Kind.OPTIM_STATE, f"{name}/{label}", [_read(slot)]
+                    )
+            self._record_buffers(mode, {id(v) for v in variables})
+        if mode == EAGER:
+            s.optimizer_stepped()
+        else:
+            self.table.event(ProbeSpec(Phase.MARKER, Kind.INVALID, "", 0, "", 0, EVENT_STEPPED))
+
+    def _record_buffers(self, mode: str, trained: set[int]) -> None:
+        """Non-trainable variables of the models (moving statistics, seed generator states)."""
+        for ref, _ in self.roots:
+            root = ref()
+            for variable in getattr(root, "non_trainable_variables", None) or []:
+                if id(variable) not in trained:
+                    name = self.var_name(variable)
+                    self.record(mode, Phase.OPTIMIZER, Kind.BUFFER, name, [_read(variable)])
+
+    # --- tf.function calls: step start and the table read -----------------------------------
+    def _wrap_function_call(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def __call__(function: Any, *args: Any, **kwargs: Any) -> Any:
+            outer = recorder.depth == 0 and tf.executing_eagerly()
+            if outer:
+                recorder._guard(recorder.before_call)(function)
+            recorder.depth += 1
+            try:
+                return original(function, *args, **kwargs)
+            finally:
+                recorder.depth -= 1
+                if outer:
+                    recorder._guard(recorder.drain)()
+
+        return __call__
+
+    def before_call(self, function: Any) -> None:
+        self.session.begin_event()
+        if getattr(function, "_jit_compile", False):
+            self.note(
+                "XLA (jit_compile=True): probes are compiled into the XLA cluster; "
+                "py_function is not used, dumps use variables"
+            )
+
+    def drain(self) -> None:
+        """After an outermost ``tf.function`` call: the probes that ran, in trace order."""
+        self.table.end_trace()
+        fired = self.table.drain()
+        if not fired:
+            return
+        s = self.session
+        events = {spec.event for spec, _, _ in fired if spec.event}
+        if EVENT_ROOT in events:
+            s.root_forward()
+        if s.begin_event():
+            for spec, total, shape in fired:
+                if spec.event:
+                    continue
+                value = finish(total, spec.dtype, shape)
+                fingerprint = Fingerprint(value, spec.dtype, shape, Algorithm.SMIX64_SUM)
+                dump = None
+                if spec.dump is not None and s.wants_dump(spec.name):
+                    dump = to_host(spec.dump.read_value())
+                s.add(spec.phase, spec.kind, spec.name, fingerprint, spec.slot, dump=dump)
+        if EVENT_STEPPED in events:
+            s.optimizer_stepped()
+
+    # --- fit, seeds, RNG, probes ----------------------------------------------------------
+    def _wrap_fit(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+            recorder._guard(recorder.before_fit)(model)
+            return original(model, *args, **kwargs)
+
+        return fit
+
+    def before_fit(self, model: Any) -> None:
+        per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
+        if per_execution > 1:
+            self.note(
+                f"steps_per_execution={per_execution}: one recorded step per execution of "
+                f"{per_execution} training steps; its records are those of the last step"
+            )
+        if getattr(model, "run_eagerly", False):
+            self.note("run_eagerly=True: recorded eagerly")
+
+    def _wrap_set_seed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        session = self.session
+
+        @functools.wraps(original)
+        def set_seed(seed: Any) -> Any:
+            session.seeds.append({"call": "tf.random.set_seed", "seed": repr(seed)})
+            return original(seed)
+
+        return set_seed
+
+    def at_step_start(self, session: Session) -> None:
+        self.eager_cache.clear()
+        for name, fingerprint in host_rng_fingerprints():
+            session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
+        for name, state in framework_generators():
+            with tf.init_scope():
+                value = tf.convert_to_tensor(raw_variable(state))
+            session.add(Phase.RNG, Kind.RNG_STATE, name, self.eager_fingerprint(value))
+
+    def probe(self, session: Session, value: object, name: str) -> bool:
+        """``divergence.probe`` on TF tensors (eager, or inside a traced function)."""
+        tensors = tensors_of(value)
+        mode = self.mode()
+        if not tensors or mode is None:
+            return False
+        self.record(mode, Phase.FORWARD, Kind.PROBE, name, tensors)
+        return True
+
+
+def _read(variable: Any) -> tf.Tensor:
+    return tf.convert_to_tensor(raw_variable(variable))
+
+
+def _symbolic(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Keras functional construction: layers called on KerasTensors (nothing runs)."""
+    from keras import KerasTensor
+
+    return any(isinstance(x, KerasTensor) for x in tf.nest.flatten((args, kwargs)))
+
+
+def resolve_pending(
+    previous: Callable[[list[object]], list[int]] | None, values: list[object]
+) -> list[int]:
+    """One host copy for a step's eager word sums; other frameworks' values go to ``previous``."""
+    mine = [i for i, v in enumerate(values) if isinstance(v, Pending)]
+    results: list[int] = [0] * len(values)
+    if mine:
+        totals = tf.stack([values[i].total for i in mine]).numpy()  # type: ignore[attr-defined]
+        for i, total in zip(mine, totals, strict=True):
+            results[i] = smix64_finish(int(total) & ((1 << 64) - 1), values[i].seed)  # type: ignore[attr-defined]
+    others = [i for i, v in enumerate(values) if not isinstance(v, Pending)]
+    if others:
+        assert previous is not None, "a pending fingerprint needs a resolver"
+        for i, value in zip(others, previous([values[i] for i in others]), strict=True):
+            results[i] = value
+    return results

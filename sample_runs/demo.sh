@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make demo`: record two fresh runs of the sample script that really diverge (1 vs 2 CPU threads),
+# compare them, then compare the bundled pairs. Needs `diverge` on PATH (the Makefile sets it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=demo_runs
+rm -rf "$out"
+banner() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+banner "Recording sample_runs/train.py with OMP_NUM_THREADS=1 and =2"
+OMP_NUM_THREADS=1 diverge record -o "$out/threads1" -- python sample_runs/train.py --steps 10
+OMP_NUM_THREADS=2 diverge record -o "$out/threads2" -- python sample_runs/train.py --steps 10
+banner "diverge compare $out/threads1 $out/threads2"
+diverge compare "$out/threads1" "$out/threads2"
+echo "(exit status $?: 1 = diverged)"
+
+for pair in identical threads init data_order truncated; do
+    banner "Bundled pair: diverge compare sample_runs/$pair/a sample_runs/$pair/b"
+    diverge compare "sample_runs/$pair/a" "sample_runs/$pair/b"
+    echo "(exit status $?)"
+done
+banner "diverge info sample_runs/truncated/b"
+diverge info sample_runs/truncated/b
+exit 0
