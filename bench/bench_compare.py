@@ -37,7 +37,8 @@ META = {"argv": ["train.py"], "framework": "torch", "command": ["python", "train
 
 def step_template(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
     """One step's records (without ``step`` and ``fp``) and the strings they name."""
-    names = ["", "float32"] + [f"layers.{i}.linear" for i in range(MODULES)]
+    shapes = [f"{n},1024" for n in range(1, 65)]
+    names = ["", "float32", *shapes] + [f"layers.{i}.linear" for i in range(MODULES)]
     block = np.zeros(RECORDS_PER_STEP, dtype=RECORD_DTYPE)
     pattern = [
         (Phase.FORWARD, Kind.INPUT),
@@ -50,12 +51,10 @@ def step_template(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
         rows = slice(i * MODULES, (i + 1) * MODULES)
         block["phase"][rows] = phase
         block["kind"][rows] = kind
-        block["name"][rows] = np.arange(MODULES) + 2
+        block["name"][rows] = np.arange(MODULES) + 2 + len(shapes)
     block["algo"] = Algorithm.XXH3_64
     block["dtype"] = 1
-    block["ndim"] = 2
-    block["shape"][:, 0] = rng.integers(1, 4096, RECORDS_PER_STEP)
-    block["shape"][:, 1] = 1024
+    block["shape"] = rng.integers(2, 2 + len(shapes), RECORDS_PER_STEP)
     return block, names[1:]
 
 

@@ -11,6 +11,12 @@ Module tree (named submodules, as the recorder sees them):
     classifier.0 Flatten             classifier.1 Linear(2C*4*4, H)
     classifier.2 ReLU                classifier.3 Linear(H, n_classes)
 
+Defaults C=32, H=256, batch 64: classifier.1 is a Linear(1024, 256). With torch 2.13 CPU, a
+Linear with >= 1024 inputs (batch >= 32) sums in a different order with 1 and 2 threads, so
+OMP_NUM_THREADS=1 vs 2 first differs at step 0 in the forward output of classifier.1 (every
+features.* output still matches); with --channels 16 (a 512-input Linear) the forward matches
+and the first difference moves to step 0's conv weight gradients instead.
+
 Examples:
 
     python sample_runs/train.py                        # 30 steps, seed 0, fully seeded

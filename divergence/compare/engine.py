@@ -10,6 +10,7 @@ difference is a *structure* divergence; a run that ends first is a *length* dive
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
-from divergence.store.schema import Kind, Phase
+from divergence.store.schema import Kind, Phase, parse_shape
 
 STRUCTURE_FIELDS = ("step", "phase", "kind", "name", "slot")
 
@@ -85,33 +86,60 @@ def _script(meta: dict[str, object]) -> str:
     return Path(str(argv[0])).name
 
 
+@dataclass
+class Columns:
+    """A run file's records as contiguous columns, string ids translated into a shared space."""
+
+    step: np.ndarray
+    phase: np.ndarray
+    kind: np.ndarray
+    name: np.ndarray
+    slot: np.ndarray
+    fp: np.ndarray
+    dtype: np.ndarray
+    shape: np.ndarray
+    algo: np.ndarray
+
+    @classmethod
+    def of(cls, file: RunFile, mapping: np.ndarray | None = None) -> Columns:
+        r = file.records
+        columns = {f: np.ascontiguousarray(r[f]) for f in cls.__dataclass_fields__}
+        if mapping is not None:
+            for f in ("name", "dtype", "shape"):
+                columns[f] = mapping[columns[f]]
+        return cls(**columns)
+
+    def __getitem__(self, rows: slice) -> Columns:
+        return Columns(**{f: getattr(self, f)[rows] for f in self.__dataclass_fields__})
+
+
 def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
-    ra, rb = a.records, _remap_strings(b, a)
-    n = min(ra.size, rb.size)
+    ca, cb = Columns.of(a), Columns.of(b, _string_mapping(b, a))
+    n = min(a.records.size, b.records.size)
     same_structure = np.ones(n, dtype=bool)
     for name in STRUCTURE_FIELDS:
-        same_structure &= ra[name][:n] == rb[name][:n]
+        same_structure &= getattr(ca, name)[:n] == getattr(cb, name)[:n]
     structure_end = int(np.argmin(same_structure)) if not same_structure.all() else n
-    value_differs = _value_differs(ra[:structure_end], rb[:structure_end])
-    _refuse_mixed_algorithms(a, b, ra[:structure_end], rb[:structure_end])
+    ca, cb = ca[:structure_end], cb[:structure_end]
+    value_differs = (ca.fp != cb.fp) | (ca.dtype != cb.dtype) | (ca.shape != cb.shape)
+    _refuse_mixed_algorithms(a, b, ca, cb)
     # RNG states are evidence, not divergences: an unseeded generator that is never drawn from
     # differs from the first step on and changes no tensor.
-    rng_rows = ra["kind"][:structure_end] == Kind.RNG_STATE
+    rng_rows = ca.kind == Kind.RNG_STATE
     rng_differs = value_differs & rng_rows
     value_differs &= ~rng_rows
-    differing = np.flatnonzero(value_differs)
+    first_value = int(np.argmax(value_differs)) if value_differs.any() else None
     first: Divergence | None = None
-    if differing.size:
-        first = _value_divergence(key, a, b, int(differing[0]))
+    if first_value is not None:
+        first = _value_divergence(key, a, b, first_value)
         first.rng_evidence = _rng_evidence(a, np.flatnonzero(rng_differs), first.step)
     elif structure_end < n:
         first = _structure_divergence(key, a, b, structure_end)
-    elif ra.size != rb.size or a.complete != b.complete:
+    elif a.records.size != b.records.size or a.complete != b.complete:
         first = _length_divergence(key, a, b, n)
-    propagation = _propagation(ra[:structure_end], value_differs) if differing.size else None
-    rng_only = sorted({a.strings[ra["name"][i]] for i in np.flatnonzero(rng_differs)})
+    propagation = _propagation(ca, value_differs) if first_value is not None else None
+    rng_only = sorted({a.strings[ca.name[i]] for i in np.flatnonzero(rng_differs)[:1000]})
     return ProcessComparison(
-        rng_differences=rng_only,
         process=key,
         path_a=a.path,
         path_b=b.path,
@@ -122,46 +150,39 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         complete_b=b.complete,
         first=first,
         propagation=propagation,
+        rng_differences=rng_only,
     )
 
 
-def _remap_strings(source: RunFile, target: RunFile) -> np.ndarray:
-    """``source``'s records with string ids translated into ``target``'s string table (strings
-    that ``target`` lacks get fresh ids past its table, so they never compare equal)."""
+def _string_mapping(source: RunFile, target: RunFile) -> np.ndarray:
+    """Translate ``source``'s string ids into ``target``'s table (strings ``target`` lacks get
+    fresh ids past its table, so they never compare equal)."""
     index = {text: i for i, text in enumerate(target.strings)}
     extra: dict[str, int] = {}
     mapping = np.empty(len(source.strings), dtype=np.uint32)
     for i, text in enumerate(source.strings):
         mapping[i] = index.get(text, extra.setdefault(text, len(target.strings) + len(extra)))
-    records = source.records.copy()
-    for name in ("name", "dtype", "note"):
-        records[name] = mapping[records[name]]
-    return records
+    return mapping
 
 
 def _rng_evidence(a: RunFile, rows: np.ndarray, step: int) -> list[str]:
     """'torch.cpu from step 0': generators whose state differed at or before ``step``."""
     seen: dict[str, int] = {}
     for row in rows:
-        if int(a.records["step"][row]) <= step:
-            seen.setdefault(a.strings[a.records["name"][row]], int(a.records["step"][row]))
+        if int(a.records["step"][row]) > step:
+            break
+        seen.setdefault(a.strings[a.records["name"][row]], int(a.records["step"][row]))
     return [f"{name} from step {first}" for name, first in seen.items()]
 
 
-def _value_differs(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
-    differs = (ra["fp"] != rb["fp"]) | (ra["dtype"] != rb["dtype"]) | (ra["ndim"] != rb["ndim"])
-    differs |= (ra["shape"] != rb["shape"]).any(axis=1)
-    return np.asarray(differs)
-
-
-def _refuse_mixed_algorithms(a: RunFile, b: RunFile, ra: np.ndarray, rb: np.ndarray) -> None:
-    both = (ra["algo"] != Algorithm.NONE) & (rb["algo"] != Algorithm.NONE)
-    mixed = np.flatnonzero(both & (ra["algo"] != rb["algo"]))
+def _refuse_mixed_algorithms(a: RunFile, b: RunFile, ca: Columns, cb: Columns) -> None:
+    both = (ca.algo != Algorithm.NONE) & (cb.algo != Algorithm.NONE)
+    mixed = np.flatnonzero(both & (ca.algo != cb.algo))
     if mixed.size:
         row = int(mixed[0])
         raise IncomparableRunsError(
-            f"{a.path} and {b.path} fingerprinted '{a.strings[ra['name'][row]]}' with different "
-            f"algorithms ({Algorithm(ra['algo'][row]).name} vs {Algorithm(rb['algo'][row]).name})",
+            f"{a.path} and {b.path} fingerprinted '{a.strings[ca.name[row]]}' with different "
+            f"algorithms ({Algorithm(ca.algo[row]).name} vs {Algorithm(cb.algo[row]).name})",
             hint="record both runs on the same kind of device",
         )
 
@@ -176,7 +197,7 @@ def probe_at(file: RunFile, row: int) -> Probe:
         name=file.strings[r["name"]],
         slot=int(r["slot"]),
         dtype=file.strings[r["dtype"]],
-        shape=tuple(int(x) for x in r["shape"][: r["ndim"]]),
+        shape=parse_shape(file.strings[r["shape"]]),
         fingerprint=int(r["fp"]),
         skipped=file.strings[r["note"]] if r["status"] else "",
     )
@@ -224,19 +245,16 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     return divergence
 
 
-def _propagation(ra: np.ndarray, differs: np.ndarray) -> Propagation:
-    steps = ra["step"]
-    first_step = int(steps[np.argmax(differs)])
-    loss_rows = np.flatnonzero(differs & (ra["kind"] == Kind.LOSS))
-    final_step = int(steps[-1]) if steps.size else 0
-    final_params = (
-        (steps == final_step) & (ra["kind"] == Kind.PARAM) & (ra["phase"] == Phase.OPTIMIZER)
-    )
+def _propagation(c: Columns, differs: np.ndarray) -> Propagation:
+    first_step = int(c.step[np.argmax(differs)])
+    loss_rows = np.flatnonzero(differs & (c.kind == Kind.LOSS))
+    final_step = int(c.step[-1]) if c.step.size else 0
+    final_params = (c.step == final_step) & (c.kind == Kind.PARAM) & (c.phase == Phase.OPTIMIZER)
     return Propagation(
         differing_records=int(differs.sum()),
-        differing_in_first_step=int((differs & (steps == first_step)).sum()),
-        steps_with_differences=int(np.unique(steps[differs]).size),
-        first_loss_difference_step=int(steps[loss_rows[0]]) if loss_rows.size else None,
+        differing_in_first_step=int((differs & (c.step == first_step)).sum()),
+        steps_with_differences=int(np.unique(c.step[differs]).size),
+        first_loss_difference_step=int(c.step[loss_rows[0]]) if loss_rows.size else None,
         final_params_differing=int((final_params & differs).sum()),
         final_params_total=int(final_params.sum()),
         final_step=final_step,

@@ -21,23 +21,21 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from divergence.fingerprint import Algorithm
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
-from divergence.store.schema import MAX_DIMS, RECORD_DTYPE, Kind, Phase, Status
+from divergence.store.schema import RECORD_DTYPE, Kind, Phase, shape_text
 from divergence.store.writer import Dump, RunFileWriter
 
 AUTO_FORWARD_LIMIT = 64
 
 
-@dataclass(frozen=True)
-class Fingerprint:
+class Fingerprint(NamedTuple):
     """A framework's fingerprint of one tensor. ``value`` is an int, or a pending device value
     that the framework's resolver turns into an int once per step (no host sync per probe)."""
 
@@ -52,15 +50,8 @@ class Fingerprint:
         return cls(0, dtype, shape, Algorithm.NONE, reason)
 
 
-@dataclass
-class _Row:
-    phase: int
-    kind: int
-    name: int
-    slot: int
-    fingerprint: Fingerprint
-    note: int
-    dump: tuple[np.ndarray, str] | None
+# A buffered record: the RECORD_DTYPE fields in order, ``fp`` possibly still pending.
+Row = tuple[int, object, int, int, int, int, int, int, int, int, int, int]
 
 
 class Session:
@@ -84,10 +75,12 @@ class Session:
         self._wants: dict[str, bool] = {}
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = []
+        self._shapes: dict[tuple[int, ...], int] = {}
 
     # --- step model -----------------------------------------------------------------------
     def _reset_buffer(self) -> None:
-        self._rows: list[_Row] = []
+        self._rows: list[Row] = []
+        self._dumps: dict[int, tuple[np.ndarray, str]] = {}  # buffer row -> full copy
         self._open = False
         self._close_pending = False
         self._marks: list[int] = []  # auto mode: row index at each root forward
@@ -152,8 +145,8 @@ class Session:
 
     def _close_step(self) -> None:
         if self._rows:
-            self._write(self.step, self._rows)
-        self._rows = []
+            self._write(self.step, 0, len(self._rows))
+        self._rows, self._dumps = [], {}
         self._open = False
         self._close_pending = False
         self._forwards_in_step = 0
@@ -162,14 +155,14 @@ class Session:
     def _split_forward_steps(self, keep_current: bool) -> None:
         """Auto mode without an optimizer: one step per root forward buffered so far
         (``keep_current`` leaves the forward that is running in the buffer)."""
-        rows = self._rows
-        bounds = self._marks[1:] if keep_current else [*self._marks[1:], len(rows)]
+        bounds = self._marks[1:] if keep_current else [*self._marks[1:], len(self._rows)]
         start = 0
         for end in bounds:
-            self._write(self.step, rows[start:end])
+            self._write(self.step, start, end)
             self.step += 1
             start = end
-        self._rows = rows[start:]
+        self._rows = self._rows[start:]
+        self._dumps = {i - start: d for i, d in self._dumps.items() if i >= start}
         self._marks = []
 
     # --- records --------------------------------------------------------------------------
@@ -194,15 +187,27 @@ class Session:
         dump: tuple[np.ndarray, str] | None = None,
     ) -> None:
         """Buffer one record of the current step (call :meth:`begin_event` first)."""
+        value, dtype, shape, algo, skipped = fingerprint
+        shape_id = self._shapes.get(shape)
+        if shape_id is None:
+            shape_id = self._shapes[shape] = self._intern(shape_text(shape))
+        note_id = self._intern(note or skipped) if note or skipped else 0
+        if dump is not None:
+            self._dumps[len(self._rows)] = dump
         self._rows.append(
-            _Row(
+            (
+                0,
+                value,
+                self._intern(name),
+                self._intern(dtype),
+                shape_id,
+                note_id,
+                slot,
                 phase,
                 kind,
-                self._intern(name),
-                slot,
-                fingerprint,
-                self._intern(note or fingerprint.skipped),
-                dump,
+                algo,
+                1 if skipped else 0,
+                dump is not None,
             )
         )
 
@@ -213,57 +218,35 @@ class Session:
             self._new_strings.append(text)
         return index
 
-    def _write(self, step: int, rows: list[_Row]) -> None:
-        block, dumps = self._encode(step, rows)
+    def _write(self, step: int, start: int, end: int) -> None:
+        """Write buffered rows ``start:end`` as step ``step`` (one block, then a flush)."""
+        block = self._encode(self._rows[start:end])
+        block["step"] = step
+        dumps = [Dump(i - start, *d) for i, d in self._dumps.items() if start <= i < end]
         if self.writer is None:
             self.writer = RunFileWriter.create(self._file_path(), self._metadata())
         self.writer.append_step(step, block, self._new_strings, dumps)
         self._new_strings = []
-        self.records_written += len(rows)
+        self.records_written += end - start
         self._report_progress()
 
-    def _encode(self, step: int, rows: list[_Row]) -> tuple[np.ndarray, list[Dump]]:
-        block = np.zeros(len(rows), dtype=RECORD_DTYPE)
-        values = self._resolve([row.fingerprint.value for row in rows])
-        shapes = np.zeros((len(rows), MAX_DIMS), dtype=np.int64)
-        dumps = []
-        for index, row in enumerate(rows):
-            shape = row.fingerprint.shape[:MAX_DIMS]
-            shapes[index, : len(shape)] = shape
-            if row.dump is not None:
-                dumps.append(Dump(index, *row.dump))
-        block["step"] = step
-        block["phase"] = [row.phase for row in rows]
-        block["kind"] = [row.kind for row in rows]
-        block["algo"] = [row.fingerprint.algo for row in rows]
-        block["status"] = [Status.SKIPPED if row.fingerprint.skipped else Status.OK for row in rows]
-        block["slot"] = [row.slot for row in rows]
-        block["dump"] = [row.dump is not None for row in rows]
-        block["ndim"] = [len(row.fingerprint.shape) for row in rows]
-        block["name"] = [row.name for row in rows]
-        block["dtype"] = [self._intern(row.fingerprint.dtype) for row in rows]
-        block["note"] = [row.note for row in rows]
-        block["shape"] = shapes
-        block["fp"] = np.array(values, dtype=np.uint64)
-        return block, dumps
-
-    def _resolve(self, values: list[object]) -> list[int]:
-        pending = [i for i, v in enumerate(values) if not isinstance(v, int)]
+    def _encode(self, rows: list[Row]) -> np.ndarray:
+        pending = [i for i, row in enumerate(rows) if type(row[1]) is not int]
         if pending:
             assert self.resolve_pending is not None, "a pending fingerprint needs a resolver"
-            for i, value in zip(
-                pending, self.resolve_pending([values[i] for i in pending]), strict=True
-            ):
-                values[i] = value
-        return [int(v) for v in values]  # type: ignore[call-overload]
+            values = self.resolve_pending([rows[i][1] for i in pending])
+            for i, value in zip(pending, values, strict=True):
+                rows[i] = (rows[i][0], value, *rows[i][2:])
+        return np.array(rows, dtype=RECORD_DTYPE)
 
     # --- files ----------------------------------------------------------------------------
     def _file_path(self) -> Path:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        rank = os.environ.get("RANK")
-        name = f"rank{rank}.h5" if rank is not None else f"pid{os.getpid()}.h5"
-        path = self.run_dir / name
-        return self.run_dir / f"rank{rank}-pid{os.getpid()}.h5" if path.exists() else path
+        rank, pid = os.environ.get("RANK"), os.getpid()
+        if rank is None:
+            return self.run_dir / f"pid{pid}.h5"
+        path = self.run_dir / f"rank{rank}.h5"
+        return self.run_dir / f"rank{rank}-pid{pid}.h5" if path.exists() else path
 
     def _metadata(self) -> dict[str, Any]:
         meta = process_metadata(self._start_time)
@@ -317,8 +300,6 @@ def activate(session: Session) -> Session:
     """Make ``session`` the process's recorder; it finishes at interpreter exit."""
     global _active
     _active = session
-    atexit.register(_finish_active)
-    os.register_at_fork(after_in_child=session.forget_after_fork)
     return session
 
 
@@ -335,3 +316,12 @@ def _finish_active() -> None:
         deactivate()
     except Exception as exc:  # never turn a finished training into a crash at exit
         print(f"diverge: could not finish the run file: {exc}", file=sys.stderr)
+
+
+def _forget_after_fork() -> None:
+    if _active is not None:
+        _active.forget_after_fork()
+
+
+atexit.register(_finish_active)
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -25,6 +25,8 @@ from divergence.store.schema import (
     step_end_fp,
 )
 
+STRING_FIELDS = ("name", "dtype", "shape", "note")
+
 HINT_CORRUPT = "the file is damaged or truncated; record the run again"
 
 
@@ -75,9 +77,7 @@ class RunFile:
         strings = [s.decode() if isinstance(s, bytes) else str(s) for s in file[STRINGS][()]]
         complete = _complete_prefix(raw)
         records = raw[:complete]
-        if records.size and int(
-            max(records["name"].max(), records["dtype"].max(), records["note"].max())
-        ) >= len(strings):
+        if records.size and max(int(records[f].max()) for f in STRING_FIELDS) >= len(strings):
             raise CorruptRunError(
                 f"{path}: records name strings that are missing", hint=HINT_CORRUPT
             )

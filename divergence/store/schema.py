@@ -10,8 +10,8 @@ else ``pid<PID>.h5``. Each file holds:
   order;
   every step ends with a :attr:`Kind.STEP_END` marker whose ``fp`` is ``step ^ STEP_END_MAGIC``;
 * ``strings``: variable-length UTF-8 strings; ``name``, ``dtype`` and ``note`` fields index it;
-* ``tensors/<row>``: full copies of the records that were dumped (``dump == 1``), with attrs
-  ``dtype`` (torch-style name) and ``shape``; dtypes numpy lacks are stored as unsigned bit views.
+* ``tensors/<row>``: full copies of the records that were dumped (``dump == 1``), with the attr
+  ``dtype`` (torch-style name); dtypes numpy lacks are stored as unsigned bit views.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import numpy as np
 
 FORMAT_MARKER = "diverge-run"
 FORMAT_VERSION = 1
-MAX_DIMS = 8
 STEP_END_MAGIC = 0xD1BE_26E5_0000_5EED
 RECORDS = "records"
 STRINGS = "strings"
@@ -78,23 +77,34 @@ class Status(IntEnum):
     SKIPPED = 1  # not fingerprinted: ``note`` says why (meta tensor, nested tensor, ...)
 
 
+# 39 bytes a record: compare reads millions of them, so every byte counts.
 RECORD_DTYPE = np.dtype(
     [
         ("step", "<i8"),
+        ("fp", "<u8"),
+        ("name", "<u4"),  # strings[name]: module path, parameter name, probe name
+        ("dtype", "<u4"),  # strings[dtype]: torch-style dtype name
+        ("shape", "<u4"),  # strings[shape]: "64,256"; "" for a scalar
+        ("note", "<u4"),  # strings[note]: skip reason or extra detail, 0 = none
+        ("slot", "<u2"),  # position in a flattened pytree (output 0, 1, ...)
         ("phase", "u1"),
         ("kind", "u1"),
         ("algo", "u1"),
         ("status", "u1"),
-        ("slot", "<u2"),  # position in a flattened pytree (output 0, 1, ...)
         ("dump", "u1"),  # 1 when tensors/<row> holds a full copy
-        ("ndim", "u1"),
-        ("name", "<u4"),  # strings[name]: module path, parameter name, probe name
-        ("dtype", "<u4"),  # strings[dtype]: torch-style dtype name
-        ("note", "<u4"),  # strings[note]: skip reason or extra detail, 0 = none
-        ("shape", "<i8", (MAX_DIMS,)),
-        ("fp", "<u8"),
     ]
 )
+RECORD_FIELDS = RECORD_DTYPE.names
+MAX_DIMS = 8  # used by in-graph probe tables (frameworks/tensorflow)
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """How a shape is stored in ``strings``: ``(64, 256)`` -> ``"64,256"``; ``()`` -> ``""``."""
+    return ",".join(map(str, shape))
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",")) if text else ()
 
 
 def step_end_fp(step: int) -> int:

@@ -34,14 +34,16 @@ D_IN, D_OUT = 16, 4
 N_SAMPLES, BATCH = 256, 32
 
 
-def flip_lowest_bit(y: torch.Tensor, index: tuple[int, int] = (0, 0)) -> torch.Tensor:
-    """Return ``y`` with the lowest mantissa bit of ``y[index]`` flipped; every other element
-    keeps its exact bits and gradients still flow (straight-through on the flipped element)."""
+def flip_bit(y: torch.Tensor, bit: int = 0, index: tuple[int, int] = (0, 0)) -> torch.Tensor:
+    """Return ``y`` with mantissa bit ``bit`` (0 = lowest) of ``y[index]`` flipped; every other
+    element keeps its exact bits and gradients still flow (straight-through on that element)."""
+    if not 0 <= bit <= 22:
+        raise ValueError("bit must be a float32 mantissa bit, 0..22")
     flipped = y.detach().clone()
-    flipped.view(torch.int32)[index] ^= 1
+    flipped.view(torch.int32)[index] ^= 1 << bit
     mask = torch.zeros_like(y, dtype=torch.bool)
     mask[index] = True
-    # y + (f - y) is exactly f here (f and y are one ulp apart), so the value is the flipped one.
+    # Same exponent, so f - y is exact (Sterbenz) and y + (f - y) rounds to exactly f.
     return torch.where(mask, y + (flipped - y).detach(), y)
 
 
@@ -52,12 +54,13 @@ class Block(nn.Module):
         self.step = 0  # set by the training loop
         self.micro = 0  # micro-batch index inside the step (gradient accumulation)
         self.flip_step: int | None = None
+        self.flip_bit = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc(x)
         y = 0.5 * torch.tanh(y) + x  # the block's own arithmetic (a residual)
         if self.flip_step is not None and self.step == self.flip_step and self.micro == 0:
-            y = flip_lowest_bit(y)
+            y = flip_bit(y, self.flip_bit)
         return y
 
 
@@ -96,15 +99,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="tiny MLP for divergence e2e tests")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps (default 6)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--hidden", type=int, default=32,
-                   help="width (default 32); >= 1024 makes --threads 1 vs 2 differ")
+    p.add_argument(
+        "--hidden",
+        type=int,
+        default=32,
+        help="width (default 32); >= 1024 makes --threads 1 vs 2 differ",
+    )
     p.add_argument("--flip-step", type=int, default=None, metavar="K")
+    p.add_argument(
+        "--flip-bit",
+        type=int,
+        default=0,
+        metavar="B",
+        help="mantissa bit flipped by --flip-step (default 0, the lowest)",
+    )
     p.add_argument("--extra-op-step", type=int, default=None, metavar="K")
     p.add_argument("--kill-step", type=int, default=None, metavar="K")
     p.add_argument("--threads", type=int, default=None, metavar="N")
     p.add_argument("--no-optimizer", action="store_true", help="forward-only loop")
-    p.add_argument("--accumulate", type=int, default=1, metavar="A",
-                   help="forward/backward passes per optimizer.step() (default 1)")
+    p.add_argument(
+        "--accumulate",
+        type=int,
+        default=1,
+        metavar="A",
+        help="forward/backward passes per optimizer.step() (default 1)",
+    )
     p.add_argument("--unseeded-init", action="store_true")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     p.add_argument("--out", default=None, metavar="PATH", help="torch.save(state_dict) here")
@@ -129,10 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     model = Net(args.hidden)
     torch.manual_seed(args.seed)
     model.block.flip_step = args.flip_step
+    model.block.flip_bit = args.flip_bit
     model.extra_op_step = args.extra_op_step
 
-    loader = DataLoader(make_data(args.seed), batch_size=BATCH, shuffle=True,
-                        generator=torch.Generator().manual_seed(args.seed), drop_last=True)
+    loader = DataLoader(
+        make_data(args.seed),
+        batch_size=BATCH,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(args.seed),
+        drop_last=True,
+    )
     data = batches(loader)
     loss_fn = nn.MSELoss()
 

@@ -8,6 +8,8 @@ False
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import torch
 
@@ -34,9 +36,21 @@ BIT_VIEWS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 NUMPY_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+_SEEDS: dict[tuple[str, tuple[int, ...], tuple[int, ...] | None], int] = {}
+# A read-only memoryview over raw memory: zero-copy, and much cheaper than tensor.numpy().
+_memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
+_memory_view.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
+_memory_view.restype = ctypes.py_object
+PYBUF_READ = 0x100
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``"float32"``."""
-    return str(dtype).removeprefix("torch.")
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
 
 
 def _signed(value: int) -> int:
@@ -45,6 +59,8 @@ def _signed(value: int) -> int:
 
 def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
     """Fingerprint any tensor; kinds it cannot read come back skipped with the reason."""
+    if t.is_cpu and t.layout == torch.strided and not t.is_quantized:
+        return _fingerprint_host(t, "")  # the hot path: plain CPU tensors
     name, shape = dtype_name(t.dtype), tuple(t.shape)
     if t.device.type == "meta":
         return Fingerprint.skip(name, shape, "meta tensor: no data")
@@ -52,31 +68,41 @@ def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
         return Fingerprint.skip(name, shape, "nested tensor: not fingerprinted")
     if t.layout != torch.strided:
         return _fingerprint_sparse(t, name, shape)
-    extra = ""
     if t.is_quantized:
         extra = _quantization(t)
-        t = t.int_repr()
-    if t.device.type == "cpu":
-        return _fingerprint_host(t, name, shape, extra)
-    return _fingerprint_device(t, name, shape, extra)
+        if t.is_cpu:
+            return _fingerprint_host(t.int_repr(), extra, name)
+        return _fingerprint_device(t.int_repr(), name, shape, extra)
+    return _fingerprint_device(t, name, shape, "")
 
 
-def _fingerprint_host(
-    t: torch.Tensor, name: str, shape: tuple[int, ...], extra: str
-) -> Fingerprint:
-    t = t.detach()
+def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprint:
+    """xxh3 over the tensor's memory, read in place through its data pointer."""
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()
     strides = None
     if not t.is_contiguous():
         if _dense(t):
-            strides = tuple(t.stride())  # hash the memory span in place: the layout is identity
-            t = t.as_strided((t.numel(),), (1,), t.storage_offset())
+            strides = tuple(t.stride())  # the memory span in memory order: layout is identity
         else:
             t = t.contiguous()
-    raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8)
-    value = fingerprint_buffer(raw.data, header_seed(name, shape, strides, extra))
-    return Fingerprint(value, name, shape, Algorithm.XXH3_64)
+    name = name or dtype_name(t.dtype)
+    shape = tuple(t.shape)
+    size = t.numel() * t.element_size()
+    # Dense with non-negative strides: the span starts at data_ptr() and holds every element once.
+    memory = _memory_view(t.data_ptr(), size, PYBUF_READ) if size else b""
+    seed = header_seed(name, shape, strides, extra) if extra else _seed(name, shape, strides)
+    return Fingerprint(fingerprint_buffer(memory, seed), name, shape, Algorithm.XXH3_64)
+
+
+def _seed(name: str, shape: tuple[int, ...], strides: tuple[int, ...] | None) -> int:
+    """Header seeds repeat step after step: cache them."""
+    seed = _SEEDS.get((name, shape, strides))
+    if seed is None:
+        if len(_SEEDS) > 65536:
+            _SEEDS.clear()
+        seed = _SEEDS[(name, shape, strides)] = header_seed(name, shape, strides)
+    return seed
 
 
 def _dense(t: torch.Tensor) -> bool:

@@ -13,6 +13,7 @@ consume random numbers, so the recorded run computes the same bits as an unrecor
 
 from __future__ import annotations
 
+import array
 import functools
 import random
 import weakref
@@ -224,7 +225,7 @@ class TorchRecorder:
                     if not s.wants(name):
                         continue
                     self._add(Phase.OPTIMIZER, Kind.PARAM, name, param)
-                    for key, value in sorted(optimizer.state.get(param, {}).items(), key=str):
+                    for key, value in sorted(optimizer.state.get(param, {}).items(), key=_by_key):
                         if isinstance(value, torch.Tensor):
                             self._add(Phase.OPTIMIZER, Kind.OPTIM_STATE, f"{name}/{key}", value)
             if not self.stepped_this_step:
@@ -300,11 +301,15 @@ class TorchRecorder:
         return seed
 
 
+def _by_key(item: tuple[object, object]) -> str:
+    return str(item[0])  # never str() the value: that would print the whole tensor
+
+
 def rng_fingerprints() -> list[tuple[str, Fingerprint]]:
     """Fingerprints of the python, numpy and torch (CPU and initialised CUDA) generator states."""
     version, words, gauss = random.getstate()
     python = fingerprint_buffer(
-        np.asarray(words, dtype=np.uint64).tobytes(),
+        memoryview(array.array("Q", words)),
         header_seed("mt19937", (len(words),), None, f"{version}:{gauss!r}"),
     )
     kind, keys, pos, has_gauss, cached = cast(
