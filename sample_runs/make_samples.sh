@@ -18,5 +18,5 @@ rec data_order/b --shuffle unseeded
 rec truncated/a
 # killed by SIGKILL after step 4: the run stays readable up to its last completed step
 diverge record --force -o truncated/b -- python train.py --steps "$STEPS" --log-every 100 \
-    --kill-after-step 4 >/dev/null || test $? -eq 137
+    --kill-after-step 5 >/dev/null 2>&1 || test $? -eq 137
 du -sh .

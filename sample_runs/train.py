@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import time
 
 import numpy as np
@@ -121,6 +122,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--workers", type=int, default=0, help="DataLoader num_workers")
     p.add_argument(
+        "--kill-after-step", type=int, default=None, help="SIGKILL itself after N steps (a crash)"
+    )
+    p.add_argument(
         "--threads", type=int, default=None, help="torch.set_num_threads(N) (default: leave)"
     )
     p.add_argument("--log-every", type=int, default=5)
@@ -181,6 +185,8 @@ def main(argv: list[str] | None = None) -> None:
             step += 1
             if step % args.log_every == 0 or step == 1 or step == args.steps:
                 print(f"step {step:4d}  loss {loss.item():.6f}", flush=True)
+            if step == args.kill_after_step:  # simulate a crash: no cleanup, no atexit
+                os.kill(os.getpid(), signal.SIGKILL)
             if step >= args.steps:
                 break
     elapsed = time.perf_counter() - t0

@@ -41,7 +41,7 @@ def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
     for process in comparisons:
         if process.first is not None:
             process.first.cause, process.first.cause_text = classify(process.first, environment)
-    comparison.notes.extend(_completeness_notes(comparisons))
+    comparison.notes.extend(_completeness_notes(comparisons) + _failure_notes(files))
     return comparison
 
 
@@ -259,6 +259,20 @@ def _propagation(c: Columns, differs: np.ndarray) -> Propagation:
         final_params_total=int(final_params.sum()),
         final_step=final_step,
     )
+
+
+def _failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
+    """A run whose recording stopped early matches only as far as it was recorded: say so."""
+    notes = []
+    for file_a, file_b in files:
+        for which, file in (("A", file_a), ("B", file_b)):
+            failure = (file.end or {}).get("failure")
+            if failure:
+                notes.append(
+                    f"run {which} ({file.path.name}): recording stopped early "
+                    f"({failure}); only what was recorded is compared"
+                )
+    return notes
 
 
 def _completeness_notes(processes: list[ProcessComparison]) -> list[str]:

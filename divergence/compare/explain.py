@@ -13,7 +13,7 @@ from fnmatch import fnmatchcase
 import numpy as np
 
 from divergence.compare.knowledge import match_cause
-from divergence.compare.model import Divergence, EnvDifference
+from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
 
@@ -130,7 +130,7 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     if cause is None:
         return "unknown", "no known cause matches this divergence"
     evidence = [
-        f"{e.key}: {e.a!r} vs {e.b!r}"
+        f"{e.key}: {display_value(e.a)} vs {display_value(e.b)}"
         for e in environment
         if any(fnmatchcase(e.key, g) for g in cause.env)
     ][:3]

@@ -118,3 +118,16 @@ class Comparison:
     @property
     def identical(self) -> bool:
         return self.first is None
+
+
+def display_value(value: object) -> str:
+    """How a metadata value reads in a report: ``None`` as ``(unset)``, an argv as a command.
+
+    >>> display_value(["train.py", "--lr", "1"]), display_value(None), display_value(2)
+    ('train.py --lr 1', '(unset)', '2')
+    """
+    if value is None:
+        return "(unset)"
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    return str(value)

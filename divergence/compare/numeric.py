@@ -101,7 +101,8 @@ READINGS: Final[tuple[str, ...]] = (
 _EXPLANATIONS: Final[dict[str, str]] = {
     "identical": "every element is bit-for-bit equal",
     "reduction-order noise": (
-        "a few ULPs spread over many elements: summation order, thread count or atomics"
+        "every change is a few ULPs at most: the signature of another summation order "
+        "(thread count, atomics, kernel choice)"
     ),
     "large change": (
         "few elements changed by a lot, or a NaN or inf appeared: a real bug or a data difference"

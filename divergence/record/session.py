@@ -5,9 +5,10 @@ Frameworks call it from their hooks::
     if session.begin_event() and session.wants(name):
         session.add(Phase.FORWARD, Kind.OUTPUT, name, fingerprint, slot=0)
 
-Steps. A step closes after ``optimizer.step()`` (deferred to the next event, so several optimizers
-stepping back to back share one step, and LBFGS closures stay inside theirs), at an explicit
-``divergence.step()``, or, in a process that never steps an optimizer, at each root-module forward.
+Steps. A step is written and flushed at ``optimizer.step()`` (LBFGS closures run inside it); an
+optimizer stepping right after another appends its records to the same step as a second block. A
+step also ends at an explicit ``divergence.step()``, or, in a process that never steps an
+optimizer, at each root-module forward.
 Until the first optimizer step is seen the mode is ``auto``: records stay buffered, with a mark at
 every root forward, and are split into one step per forward at exit or after
 :data:`AUTO_FORWARD_LIMIT` forwards without an optimizer step.
@@ -64,7 +65,8 @@ class Session:
         self.mode = "auto"
         self.on_step_start: list[Callable[[Session], None]] = []
         self.metadata_providers: list[Callable[[], dict[str, Any]]] = []
-        self.resolve_pending: Callable[[list[object]], list[int]] | None = None
+        # type of a pending device value -> the framework function that resolves a list of them
+        self.resolvers: dict[type, Callable[[list[object]], list[int]]] = {}
         self.probe_handlers: list[Callable[[Session, object, str], bool]] = []
         self.writer: RunFileWriter | None = None
         self.records_written = 0
@@ -82,7 +84,7 @@ class Session:
         self._rows: list[Row] = []
         self._dumps: dict[int, tuple[np.ndarray, str]] = {}  # buffer row -> full copy
         self._open = False
-        self._close_pending = False
+        self._continuable = False  # the last event closed a step at an optimizer.step()
         self._marks: list[int] = []  # auto mode: row index at each root forward
         self._forwards_in_step = 0
 
@@ -98,9 +100,8 @@ class Session:
             print(f"diverge: recording stopped at step {self.step}: {reason}", file=sys.stderr)
 
     def begin_event(self) -> bool:
-        """Roll over a pending step close, open the step, and say whether it is recorded."""
-        if self._close_pending:
-            self._close_step()
+        """Open the step if needed and say whether it is recorded."""
+        self._continuable = False
         if not self._open:
             self._open = True
             if self.recording:
@@ -109,18 +110,25 @@ class Session:
         return self.recording
 
     def begin_optimizer_event(self) -> bool:
-        """Like :meth:`begin_event`, for the records taken after an ``optimizer.step()``: when it
-        directly follows another optimizer's step, both belong to the same step."""
-        self._close_pending = False
+        """Like :meth:`begin_event`, for the records taken after an ``optimizer.step()``. An
+        optimizer stepping right after another (nothing recorded in between) continues the
+        step the first one closed: its records are appended to that step as another block."""
+        if self._continuable:
+            self._continuable = False
+            self.step -= 1
+            self._open = True
+            return self.recording
         return self.begin_event()
 
     def optimizer_stepped(self) -> None:
-        """After an ``optimizer.step()``: the step closes at the next event."""
+        """After an ``optimizer.step()``: the step is written and flushed now, so a kill right
+        after it loses nothing that completed."""
         if self.mode == "explicit":
             return
         self.mode = "optimizer"
         self._marks.clear()
-        self._close_pending = True
+        self._close_step()
+        self._continuable = True
 
     def root_forward(self) -> None:
         """Before a root module's forward (a module called while no other module runs)."""
@@ -148,7 +156,6 @@ class Session:
             self._write(self.step, 0, len(self._rows))
         self._rows, self._dumps = [], {}
         self._open = False
-        self._close_pending = False
         self._forwards_in_step = 0
         self.step += 1
 
@@ -231,11 +238,13 @@ class Session:
         self._report_progress()
 
     def _encode(self, rows: list[Row]) -> np.ndarray:
-        pending = [i for i, row in enumerate(rows) if type(row[1]) is not int]
-        if pending:
-            assert self.resolve_pending is not None, "a pending fingerprint needs a resolver"
-            values = self.resolve_pending([rows[i][1] for i in pending])
-            for i, value in zip(pending, values, strict=True):
+        pending: dict[type, list[int]] = {}
+        for i, row in enumerate(rows):
+            if type(row[1]) is not int:
+                pending.setdefault(type(row[1]), []).append(i)
+        for kind, indices in pending.items():
+            values = self.resolvers[kind]([rows[i][1] for i in indices])
+            for i, value in zip(indices, values, strict=True):
                 rows[i] = (rows[i][0], value, *rows[i][2:])
         return np.array(rows, dtype=RECORD_DTYPE)
 
@@ -277,7 +286,8 @@ class Session:
             self._close_step()
         if self.writer is not None:
             self.writer.close(
-                {"clean_exit": True, "steps": self.writer.steps, "failure": self.failure}
+                {"clean_exit": True, "steps": self.writer.steps, "failure": self.failure},
+                self._metadata(),
             )
             self.writer = None
 

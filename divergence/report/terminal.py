@@ -13,7 +13,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from divergence.compare.model import Comparison, Divergence, ProcessComparison
+from divergence.compare.model import Comparison, Divergence, ProcessComparison, display_value
 
 WIDTH = 100
 
@@ -39,11 +39,11 @@ class ComparisonReport:
             yield divergence_table(first)
             if first.numeric is not None:
                 yield section("Numeric difference")
-                yield Text("\n".join(f"  {line}" for line in first.numeric.summary_lines()))
+                yield indented(first.numeric.summary_lines())
             process = next(p for p in c.processes if p.first is first)
             if process.propagation is not None:
                 yield section("Propagation")
-                yield Text("\n".join(f"  {line}" for line in propagation_lines(process)))
+                yield indented(propagation_lines(process))
             if first.cause_text:
                 yield section(f"Likely cause: {first.cause}")
                 yield Padding(Text(first.cause_text), (0, 0, 0, 2))
@@ -84,14 +84,15 @@ def environment_table(c: Comparison) -> Table:
     table.add_column("run A", overflow="fold", max_width=26)
     table.add_column("run B", overflow="fold", max_width=26)
     for e in c.environment[:20]:
-        table.add_row(e.key, _value(e.a), _value(e.b))
+        table.add_row(e.key, display_value(e.a), display_value(e.b))
     if len(c.environment) > 20:
         table.add_row(f"... {len(c.environment) - 20} more (see --json)", "", "")
     return table
 
 
-def _value(value: object) -> str:
-    return "(unset)" if value is None else str(value)
+def indented(lines: list[str]) -> Padding:
+    """Lines indented by two columns, wrapped lines too."""
+    return Padding(Text("\n".join(lines)), (0, 0, 0, 2))
 
 
 def divergence_table(d: Divergence) -> Table:

@@ -99,9 +99,10 @@ class RunFile:
 
     @cached_property
     def steps(self) -> np.ndarray:
-        """The completed step numbers, in order."""
+        """The completed step numbers, in order (a step may end in several blocks: optimizers
+        that step back to back append to it)."""
         ends = self.records["kind"] == Kind.STEP_END
-        return np.asarray(self.records["step"][ends])
+        return np.unique(self.records["step"][ends])
 
     @property
     def steps_complete(self) -> int:

@@ -32,6 +32,8 @@ from divergence.store.schema import (
     step_end_fp,
 )
 
+LATE_META_KEYS = ("notes", "seeds")  # lists that grow during the run
+
 
 @dataclass(frozen=True)
 class Dump:
@@ -98,8 +100,13 @@ class RunFileWriter:
         self.steps += 1
         self._file.flush()
 
-    def close(self, end: dict[str, Any]) -> None:
-        """Write the clean-exit attributes and close."""
+    def close(self, end: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
+        """Write the clean-exit attributes and close. ``meta`` adds what was learnt after the
+        file was created (notes, later seeds); values recorded at creation are kept."""
+        if meta:
+            known = json.loads(self._file.attrs["meta"])
+            late = {k: v for k, v in meta.items() if k not in known or k in LATE_META_KEYS}
+            self._file.attrs["meta"] = json.dumps({**known, **late}, sort_keys=True, default=str)
         self._file.attrs["end"] = json.dumps({"time": time.time(), **end}, default=str)
         self._file.close()
 

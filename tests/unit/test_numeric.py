@@ -538,8 +538,8 @@ def test_summary_lines_golden() -> None:
         "Greatest relative difference: 1.19e-07 at index (0, 3)",
         "Max ULP distance: 1 (histogram 1: 3)",
         "Bits: mantissa only in 3",
-        "Reading: reduction-order noise (a few ULPs spread over many elements: "
-        "summation order, thread count or atomics)",
+        "Reading: reduction-order noise (every change is a few ULPs at most: the signature of "
+        "another summation order (thread count, atomics, kernel choice))",
     ]
 
 

@@ -13,11 +13,12 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import config as tf_config
 
 
 def _determinism() -> dict[str, Any]:
     return {
-        "op_determinism": tf.config.experimental.is_op_determinism_enabled(),
+        "op_determinism": tf_config.is_op_determinism_enabled(),  # not exported
         "TF_DETERMINISTIC_OPS": os.environ.get("TF_DETERMINISTIC_OPS"),
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
         "tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),

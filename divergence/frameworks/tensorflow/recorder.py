@@ -41,17 +41,24 @@ from divergence.frameworks.tensorflow.fingerprint import (
 )
 from divergence.frameworks.tensorflow.hooks import when_imported
 from divergence.frameworks.tensorflow.metadata import tf_metadata
-from divergence.frameworks.tensorflow.rng import framework_generators, host_rng_fingerprints
+from divergence.frameworks.tensorflow.rng import framework_generators
 from divergence.frameworks.tensorflow.table import (
     EVENT_ROOT,
     EVENT_STEPPED,
     ProbeSpec,
     ProbeTable,
+    own_variable,
 )
+from divergence.record.rng import host_rng_fingerprints
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import MAX_DIMS, Kind, Phase
 
 EAGER, GRAPH = "eager", "graph"
+XLA_NOTE = (
+    "XLA (jit_compile=True): the fingerprint probes are compiled into the XLA cluster, which may "
+    "fuse differently than without them (the tests found equal final weights for the sample "
+    "models); --dump copies go through variables (no py_function)"
+)
 BIT_VIEWS = {1: tf.uint8, 2: tf.uint16, 4: tf.uint32, 8: tf.uint64}
 
 
@@ -97,6 +104,7 @@ class KerasRecorder:
         self.var_names: dict[int, str] = {}
         self.init_done: set[int] = set()
         self.eager_cache: dict[Any, Fingerprint] = {}
+        self.dump_variables: dict[tuple[Any, ...], Any] = {}
         self.notes: list[str] = []
         self.undo: list[Callable[[], None]] = []
 
@@ -116,9 +124,8 @@ class KerasRecorder:
         s.on_step_start.append(self.at_step_start)
         s.metadata_providers.append(provider)
         s.probe_handlers.insert(0, self.probe)
-        previous = s.resolve_pending
-        s.resolve_pending = functools.partial(resolve_pending, previous)
-        self.undo.append(lambda: setattr(s, "resolve_pending", previous))
+        s.resolvers[Pending] = resolve_pending
+        self.undo.append(lambda: s.resolvers.__delitem__(Pending))
         self.undo.append(lambda: s.on_step_start.remove(self.at_step_start))
         self.undo.append(lambda: s.metadata_providers.remove(provider))
         self.undo.append(lambda: s.probe_handlers.remove(self.probe))
@@ -185,10 +192,9 @@ class KerasRecorder:
                 dump = to_host(t) if s.wants_dump(name) else None
                 s.add(phase, kind, name, self.eager_fingerprint(t), slot, dump=dump)
             else:
-                spec = ProbeSpec(
-                    phase, kind, name, slot, dtype_name(t.dtype), t.shape.rank, "",
-                    self._dump_variable(name, t),
-                )  # fmt: skip
+                key = (phase, kind, name, slot, dtype_name(t.dtype))
+                dump = self._dump_variable(key, t)
+                spec = ProbeSpec(phase, kind, name, slot, key[4], t.shape.rank, "", dump)
                 self.table.probe(spec, t)
 
     def eager_fingerprint(self, t: tf.Tensor) -> Fingerprint:
@@ -201,16 +207,21 @@ class KerasRecorder:
             hit = self.eager_cache[key] = Fingerprint(pending, name, shape, Algorithm.SMIX64_SUM)
         return hit
 
-    def _dump_variable(self, name: str, t: tf.Tensor) -> tf.Variable | None:
-        """A variable that keeps the probe's last value, when ``--dump`` may select this name."""
-        config = self.session.config
+    def _dump_variable(self, spec_key: tuple[Any, ...], t: tf.Tensor) -> Any:
+        """A variable that keeps the probe's last value, when ``--dump`` may select this name
+        (one per probe identity, shared by every trace: a retrace may not create variables)."""
+        config, name = self.session.config, spec_key[2]
         if not config.dumps_anything or not (
             config.dump or any(fnmatchcase(name, g) for g in config.dump_include)
         ):
             return None
-        initial = tf.zeros(t.shape if t.shape.is_fully_defined() else [0], t.dtype)
-        with tf.init_scope():
-            return tf.Variable(initial, shape=tf.TensorShape(None), trainable=False)
+        variable = self.dump_variables.get(spec_key)
+        if variable is None:
+            shape = t.shape if t.shape.is_fully_defined() else [0]
+            initial = np.zeros(shape, t.dtype.as_numpy_dtype)
+            variable = own_variable(initial, tf.TensorShape(None))
+            self.dump_variables[spec_key] = variable
+        return variable
 
     # --- layers ---------------------------------------------------------------------------
     def _wrap_layer_call(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -413,8 +424,10 @@ class KerasRecorder:
         @functools.wraps(original)
         def __call__(function: Any, *args: Any, **kwargs: Any) -> Any:
             outer = recorder.depth == 0 and tf.executing_eagerly()
+            if getattr(function, "_jit_compile", False):
+                recorder.note(XLA_NOTE)
             if outer:
-                recorder._guard(recorder.before_call)(function)
+                recorder._guard(recorder.session.begin_event)()
             recorder.depth += 1
             try:
                 return original(function, *args, **kwargs)
@@ -424,14 +437,6 @@ class KerasRecorder:
                     recorder._guard(recorder.drain)()
 
         return __call__
-
-    def before_call(self, function: Any) -> None:
-        self.session.begin_event()
-        if getattr(function, "_jit_compile", False):
-            self.note(
-                "XLA (jit_compile=True): probes are compiled into the XLA cluster; "
-                "py_function is not used, dumps use variables"
-            )
 
     def drain(self) -> None:
         """After an outermost ``tf.function`` call: the probes that ran, in trace order."""
@@ -517,19 +522,10 @@ def _symbolic(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return any(isinstance(x, KerasTensor) for x in tf.nest.flatten((args, kwargs)))
 
 
-def resolve_pending(
-    previous: Callable[[list[object]], list[int]] | None, values: list[object]
-) -> list[int]:
-    """One host copy for a step's eager word sums; other frameworks' values go to ``previous``."""
-    mine = [i for i, v in enumerate(values) if isinstance(v, Pending)]
-    results: list[int] = [0] * len(values)
-    if mine:
-        totals = tf.stack([values[i].total for i in mine]).numpy()  # type: ignore[attr-defined]
-        for i, total in zip(mine, totals, strict=True):
-            results[i] = smix64_finish(int(total) & ((1 << 64) - 1), values[i].seed)  # type: ignore[attr-defined]
-    others = [i for i, v in enumerate(values) if not isinstance(v, Pending)]
-    if others:
-        assert previous is not None, "a pending fingerprint needs a resolver"
-        for i, value in zip(others, previous([values[i] for i in others]), strict=True):
-            results[i] = value
-    return results
+def resolve_pending(values: list[object]) -> list[int]:
+    """One host copy for a step's eager word sums."""
+    totals = tf.stack([v.total for v in values]).numpy()  # type: ignore[attr-defined]
+    return [
+        smix64_finish(int(total) & ((1 << 64) - 1), v.seed)  # type: ignore[attr-defined]
+        for v, total in zip(values, totals, strict=True)
+    ]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 
 from divergence.frameworks.tensorflow.fingerprint import word_sum_int64
 from divergence.store.schema import MAX_DIMS, Kind, Phase
@@ -42,6 +43,16 @@ class ProbeSpec:
     dump: Any = None  # a tf.Variable holding the last value, when dumps may be asked for
 
 
+def own_variable(initial: tf.Tensor | np.ndarray, shape: tf.TensorShape | None = None) -> Any:
+    """A variable created eagerly even while a function is traced, and invisible to
+    ``tf.function``'s variable tracking (a second trace may not create variables through
+    ``tf.Variable``; the class constructor bypasses those creator scopes)."""
+    with tf.init_scope():
+        return resource_variable_ops.ResourceVariable(
+            initial, trainable=False, shape=shape, name="diverge"
+        )
+
+
 class ProbeTable:
     """Owns the table chunks and the row -> spec list (the trace-time order)."""
 
@@ -54,12 +65,7 @@ class ProbeTable:
     def _allocate(self, spec: ProbeSpec) -> tuple[tf.Variable, int]:
         chunk, row = divmod(len(self.specs), CHUNK)
         if chunk == len(self.chunks):
-            with tf.init_scope():  # created eagerly and captured: legal in any trace
-                self.chunks.append(
-                    tf.Variable(
-                        tf.zeros([CHUNK, ROW], tf.int64), trainable=False, name="diverge_table"
-                    )
-                )
+            self.chunks.append(own_variable(np.zeros([CHUNK, ROW], np.int64)))
         self.specs.append(spec)
         return self.chunks[chunk], row
 

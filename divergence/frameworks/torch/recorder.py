@@ -13,12 +13,11 @@ consume random numbers, so the recorded run computes the same bits as an unrecor
 
 from __future__ import annotations
 
-import array
 import functools
 import random
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,9 +29,14 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader
 
-from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
-from divergence.frameworks.torch.fingerprint import fingerprint_tensor, resolve_pending, to_host
+from divergence.frameworks.torch.fingerprint import (
+    PendingSum,
+    fingerprint_tensor,
+    resolve_pending,
+    to_host,
+)
 from divergence.frameworks.torch.metadata import torch_metadata
+from divergence.record.rng import host_rng_fingerprints
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import Kind, Phase
 
@@ -83,7 +87,7 @@ class TorchRecorder:
         s.on_step_start.append(self.at_step_start)
         s.metadata_providers.append(torch_metadata)
         s.probe_handlers.insert(0, self.probe)
-        s.resolve_pending = resolve_pending
+        s.resolvers[PendingSum] = resolve_pending
         self.undo.append(lambda: s.on_step_start.remove(self.at_step_start))
         self.undo.append(lambda: s.probe_handlers.remove(self.probe))
         return self.remove
@@ -204,7 +208,7 @@ class TorchRecorder:
         for slot, t in enumerate(tensors_of(output)):
             self._add(Phase.FORWARD, Kind.OUTPUT, name, t, slot)
             if t.requires_grad and t.grad_fn is not None:
-                t.register_hook(self._guard(functools.partial(self.grad_of_output, name, slot)))
+                t.register_hook(_GradOfOutput(self, name, slot))
 
     def grad_of_output(self, name: str, slot: int, grad: torch.Tensor | None) -> None:
         if grad is not None and self.session.begin_event():
@@ -301,29 +305,29 @@ class TorchRecorder:
         return seed
 
 
+class _GradOfOutput:
+    """The tensor hook that records the gradient flowing into a module output (one per output
+    per call: a plain object, because wrapping a closure per call costs more than the record)."""
+
+    __slots__ = ("name", "recorder", "slot")
+
+    def __init__(self, recorder: TorchRecorder, name: str, slot: int) -> None:
+        self.recorder, self.name, self.slot = recorder, name, slot
+
+    def __call__(self, grad: torch.Tensor | None) -> None:
+        try:
+            self.recorder.grad_of_output(self.name, self.slot, grad)
+        except Exception as exc:
+            self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
+
+
 def _by_key(item: tuple[object, object]) -> str:
     return str(item[0])  # never str() the value: that would print the whole tensor
 
 
 def rng_fingerprints() -> list[tuple[str, Fingerprint]]:
-    """Fingerprints of the python, numpy and torch (CPU and initialised CUDA) generator states."""
-    version, words, gauss = random.getstate()
-    python = fingerprint_buffer(
-        memoryview(array.array("Q", words)),
-        header_seed("mt19937", (len(words),), None, f"{version}:{gauss!r}"),
-    )
-    kind, keys, pos, has_gauss, cached = cast(
-        tuple[str, np.ndarray, int, int, float], np.random.get_state()
-    )
-    numpy = fingerprint_buffer(
-        np.ascontiguousarray(keys).tobytes(),
-        header_seed(str(kind), keys.shape, None, f"{pos}:{has_gauss}:{cached!r}"),
-    )
-    prints = [
-        ("python.random", Fingerprint(python, "mt19937", (len(words),), Algorithm.XXH3_64)),
-        ("numpy.random", Fingerprint(numpy, "mt19937", tuple(keys.shape), Algorithm.XXH3_64)),
-        ("torch.cpu", fingerprint_tensor(torch.get_rng_state())),
-    ]
+    """The python and numpy generator states, then torch's (CPU, and CUDA once initialised)."""
+    prints = [*host_rng_fingerprints(), ("torch.cpu", fingerprint_tensor(torch.get_rng_state()))]
     if torch.cuda.is_initialized():
         for index, state in enumerate(torch.cuda.get_rng_state_all()):
             prints.append((f"torch.cuda:{index}", fingerprint_tensor(state)))

@@ -1,0 +1,38 @@
+"""Fingerprints of Python's and numpy's global generator states (framework-free).
+
+Read without drawing from them. Framework adapters add their own generators.
+
+>>> [name for name, _ in host_rng_fingerprints()]
+['python.random', 'numpy.random']
+"""
+
+from __future__ import annotations
+
+import array
+import random
+from typing import cast
+
+import numpy as np
+
+from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
+from divergence.record.session import Fingerprint
+
+
+def host_rng_fingerprints() -> list[tuple[str, Fingerprint]]:
+    """``[("python.random", ...), ("numpy.random", ...)]``: the MT19937 states, bit-exact."""
+    version, words, gauss = random.getstate()
+    python = fingerprint_buffer(
+        memoryview(array.array("Q", words)),
+        header_seed("mt19937", (len(words),), None, f"{version}:{gauss!r}"),
+    )
+    kind, keys, pos, has_gauss, cached = cast(
+        tuple[str, np.ndarray, int, int, float], np.random.get_state()
+    )
+    state = fingerprint_buffer(
+        np.ascontiguousarray(keys).data,
+        header_seed(str(kind), keys.shape, None, f"{pos}:{has_gauss}:{cached!r}"),
+    )
+    return [
+        ("python.random", Fingerprint(python, "mt19937", (len(words),), Algorithm.XXH3_64)),
+        ("numpy.random", Fingerprint(state, "mt19937", tuple(keys.shape), Algorithm.XXH3_64)),
+    ]

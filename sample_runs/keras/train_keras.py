@@ -1,0 +1,170 @@
+"""A tiny Keras 3 training on generated data (no downloads, a few seconds on a CPU).
+
+Runs unmodified under ``diverge record``. Flags choose the model style, the training loop and
+an optional planted divergence (the lowest bit of element 0 of the ``flip`` layer's output is
+flipped at one training step, in-graph).
+
+    python train_keras.py --model functional --loop fit --jit --flip-step 2 --save w.npz
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+FEATURES, CLASSES, BATCH = 16, 4, 32
+
+
+class FlipAt(keras.layers.Layer):
+    """Identity, except at training call ``step`` (counted in-graph) where the lowest bit of
+    element 0 is flipped. Gradients pass through unchanged."""
+
+    def __init__(self, step: int = -1, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.step = step
+
+    def build(self, input_shape: tuple[int, ...]) -> None:
+        self.calls = self.add_weight(
+            shape=(), dtype="int64", initializer="zeros", trainable=False, name="calls"
+        )
+
+    def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        if not training:
+            return x
+        hit = tf.equal(self.calls, self.step)
+        self.calls.assign_add(1)
+        return _flip_first_bit(x, hit)
+
+
+@tf.custom_gradient
+def _flip_first_bit(x: tf.Tensor, hit: tf.Tensor) -> tuple[tf.Tensor, object]:
+    bits = tf.bitcast(x, tf.int32)
+    mask = tf.reshape(
+        tf.one_hot(0, tf.size(bits), on_value=1, off_value=0, dtype=tf.int32), tf.shape(bits)
+    )
+    flipped = tf.bitcast(tf.bitwise.bitwise_xor(bits, mask), x.dtype)
+    out = tf.where(hit, flipped, x)
+    return out, lambda upstream: (upstream, None)
+
+
+class Block(keras.layers.Layer):
+    """A nested layer with two sublayers (tests nested names)."""
+
+    def __init__(self, units: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(units, activation="relu")
+        self.norm = keras.layers.LayerNormalization()
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        return self.norm(self.inner(x))
+
+
+class Classifier(keras.Model):
+    """The subclassed variant of the same network."""
+
+    def __init__(self, flip_step: int) -> None:
+        super().__init__()
+        self.first = keras.layers.Dense(32)
+        self.flip = FlipAt(flip_step, name="flip")
+        self.block = Block(32)
+        self.head = keras.layers.Dense(CLASSES, activation="softmax")
+
+    def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        return self.head(self.block(self.flip(self.first(x), training=training)))
+
+
+def build(style: str, flip_step: int) -> keras.Model:
+    if style == "subclassed":
+        model = Classifier(flip_step)
+        model.build((None, FEATURES))
+        return model
+    if style == "sequential":
+        return keras.Sequential([
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(32),
+            FlipAt(flip_step, name="flip"),
+            Block(32),
+            keras.layers.Dense(CLASSES, activation="softmax"),
+        ])  # fmt: skip
+    inputs = keras.Input((FEATURES,))
+    x = keras.layers.Dense(32)(inputs)  # linear: element 0 of the flip input is not 0
+    x = FlipAt(flip_step, name="flip")(x)
+    x = keras.layers.BatchNormalization()(x)
+    x = Block(32)(x)
+    return keras.Model(inputs, keras.layers.Dense(CLASSES, activation="softmax")(x))
+
+
+def data(steps: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1234)
+    x = rng.standard_normal((steps * BATCH, FEATURES)).astype(np.float32)
+    y = (x[:, :CLASSES].argmax(axis=1)).astype(np.int64)
+    return x, y
+
+
+def train_with_tape(model: keras.Model, x: np.ndarray, y: np.ndarray, args: argparse.Namespace):
+    optimizer = keras.optimizers.Adam(1e-2)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    def step(xb: tf.Tensor, yb: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(yb, model(xb, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    if args.loop == "tape":
+        step = tf.function(step, jit_compile=args.jit)
+    for i in range(args.steps):
+        step(
+            tf.constant(x[i * BATCH : (i + 1) * BATCH]), tf.constant(y[i * BATCH : (i + 1) * BATCH])
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model", choices=("sequential", "functional", "subclassed"), default="functional"
+    )
+    parser.add_argument(
+        "--loop",
+        choices=("fit", "tape", "eager"),
+        default="fit",
+        help="model.fit, a @tf.function GradientTape step, or an eager one",
+    )
+    parser.add_argument("--jit", action="store_true", help="jit_compile=True (XLA)")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps-per-execution", type=int, default=1)
+    parser.add_argument("--flip-step", type=int, default=-1)
+    parser.add_argument("--save", help="write the final weights to this .npz")
+    parser.add_argument(
+        "--warmup",
+        action="store_true",
+        help="build a throwaway model first: Keras' auto-numbered names shift",
+    )
+    args = parser.parse_args()
+
+    if args.warmup:
+        inputs = keras.Input((3,))
+        keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(2)(inputs)))
+    keras.utils.set_random_seed(0)
+    x, y = data(args.steps)
+    model = build(args.model, args.flip_step)
+    if args.loop == "fit":
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-2),
+            loss="sparse_categorical_crossentropy",
+            jit_compile=args.jit,
+            steps_per_execution=args.steps_per_execution,
+        )
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    else:
+        train_with_tape(model, x, y, args)
+    if args.save:
+        np.savez(args.save, *[np.asarray(v) for v in model.variables])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""End to end: ``diverge record`` on the unmodified Keras sample, ``diverge compare`` on the runs.
+
+Each planted divergence flips the lowest bit of element 0 of the ``flip`` layer's output at
+training step 2, in-graph; compare must find it there and call it the origin.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from divergence.store.run import Run
+
+FLIP = ("--flip-step", "2")
+DUMP = ("--dump-steps", "2:3", "--dump-include", "functional.flip")  # full tensors in-graph
+RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "fit": (("--save", "{dir}/fit.npz"), {}),
+    "fit_again": (("--warmup",), {}),  # other Keras auto-numbers, same stable names
+    "fit_flip": (FLIP, {}),
+    "xla": (("--jit", "--save", "{dir}/xla.npz"), {}),
+    "xla_flip": (("--jit", *FLIP), {}),
+    "tape": (("--loop", "tape", "--model", "sequential"), {}),
+    "tape_flip": (("--loop", "tape", "--model", "sequential", *FLIP), {}),
+    "eager": (("--loop", "eager", "--model", "subclassed"), {}),
+    "eager_flip": (("--loop", "eager", "--model", "subclassed", *FLIP), {}),
+    "onednn_off": ((), {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    "per_execution": (("--steps-per-execution", "2"), {}),
+}
+PLAIN = {
+    "fit": ("--save", "{dir}/fit_plain.npz"),
+    "xla": ("--jit", "--save", "{dir}/xla_plain.npz"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, keras_cli: Any) -> Path:
+    root = tmp_path_factory.mktemp("keras_runs")
+    record, plain = keras_cli.record, keras_cli.plain
+
+    def job(name: str, args: tuple[str, ...], env: dict[str, str]) -> object:
+        args = tuple(a.format(dir=root) for a in args)
+        options = DUMP if name.startswith("fit") else ()
+        return lambda: record(root / name, args, env, options)
+
+    jobs = [job(name, args, env) for name, (args, env) in RUNS.items()]
+    jobs += [lambda a=a: plain(tuple(x.format(dir=root) for x in a)) for a in PLAIN.values()]
+    keras_cli.in_parallel(jobs)
+    return root
+
+
+def test_two_records_of_the_same_script_are_identical(keras_cli: Any, runs: Path) -> None:
+    code, report = keras_cli.compare(runs / "fit", runs / "fit_again")
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "location"),
+    [
+        ("fit", "fit_flip", "functional.flip"),
+        ("xla", "xla_flip", "functional.flip"),
+        ("tape", "tape_flip", "sequential.flip"),
+        ("eager", "eager_flip", "classifier.flip"),
+    ],
+)
+def test_planted_bit_flip_is_found_as_origin(
+    keras_cli: Any, runs: Path, a: str, b: str, location: str
+) -> None:
+    code, report = keras_cli.compare(runs / a, runs / b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["kind"], first["location"], first["origin"]) == (
+        2, "output", location, True,
+    )  # fmt: skip
+
+
+def test_dumps_show_the_flipped_element(keras_cli: Any, runs: Path) -> None:
+    _, report = keras_cli.compare(runs / "fit", runs / "fit_flip")
+    numeric = report["first_divergence"]["numeric"]
+    assert (numeric["mismatched"], numeric["abs_diff_index"], numeric["max_ulp"]) == (1, [0, 0], 1)
+
+
+def test_onednn_opts_off_is_a_real_compute_divergence(keras_cli: Any, runs: Path) -> None:
+    code, report = keras_cli.compare(runs / "fit", runs / "onednn_off")
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"], first["origin"]) == (
+        0, "forward", "output", True,
+    )  # fmt: skip
+    assert any(e["key"] == "env.TF_ENABLE_ONEDNN_OPTS" for e in report["environment_differences"])
+
+
+@pytest.mark.parametrize("mode", ["fit", "xla"])
+def test_recording_does_not_change_the_trained_weights(
+    keras_cli: Any, runs: Path, mode: str
+) -> None:
+    w = keras_cli.weights
+    assert w(runs / f"{mode}.npz") == w(runs / f"{mode}_plain.npz")
+
+
+def test_metadata_and_kinds(keras_cli: Any, runs: Path) -> None:
+    run = Run.open(runs / "fit").processes[0].load()
+    meta = run.meta
+    assert meta["framework"] == "tensorflow"
+    assert set(meta["versions"]) >= {"tensorflow", "keras", "numpy"}
+    assert meta["determinism"]["op_determinism"] is False
+    names = {run.strings[i] for i in run.records["name"]}
+    assert {"functional.dense.kernel", "functional.block.dense", "loss", "numpy.random"} <= names
+    assert "functional.dense.kernel/momentum" in names
+    kinds = set(run.records["kind"].tolist())
+    assert {1, 2, 4, 5, 6, 7, 8, 9, 11} <= kinds  # input output grad param state loss rng batch
+
+
+def test_notes_say_what_xla_and_steps_per_execution_change(keras_cli: Any, runs: Path) -> None:
+    xla = Run.open(runs / "xla").processes[0].load().meta
+    assert any("XLA" in note for note in xla["notes"])
+    per_execution = Run.open(runs / "per_execution").processes[0].load()
+    assert any("steps_per_execution=2" in note for note in per_execution.meta["notes"])
+    assert int(per_execution.records["step"].max()) == 2  # 6 batches in 3 executions

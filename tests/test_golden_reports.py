@@ -1,0 +1,53 @@
+"""Golden tests: the rendered report of each bundled pair, at 100 columns, colour off.
+
+The pairs are fixed files, so the text is the same on every machine. After an intended change
+of the report, regenerate with ``python tests/test_golden_reports.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from divergence.compare.engine import compare_runs
+from divergence.report.terminal import render_text
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+PAIRS = ("identical", "threads", "init", "data_order", "truncated", "keras/onednn", "keras/flip")
+
+
+def pair_paths(pair: str) -> tuple[str, str]:
+    if pair.startswith("keras/"):
+        name = pair.split("/")[1]
+        return f"sample_runs/keras/{name}_a", f"sample_runs/keras/{name}_b"
+    return f"sample_runs/{pair}/a", f"sample_runs/{pair}/b"
+
+
+def rendered(pair: str) -> str:
+    return render_text(compare_runs(*pair_paths(pair)), width=100)
+
+
+def golden_file(pair: str) -> Path:
+    return GOLDEN / f"{pair.replace('/', '_')}.txt"
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_report_matches_golden(pair: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    expected = golden_file(pair).read_text().splitlines()
+    actual = [line.rstrip() for line in rendered(pair).splitlines()]
+    assert actual == expected
+    assert all(len(line) <= 100 for line in actual)
+
+
+if __name__ == "__main__":  # regenerate the golden files
+    import os
+
+    os.chdir(ROOT)
+    for name in PAIRS if len(sys.argv) == 1 else sys.argv[1:]:
+        text = "\n".join(line.rstrip() for line in rendered(name).splitlines()) + "\n"
+        golden_file(name).write_text(text)
+        print(f"wrote {golden_file(name)}")
