@@ -96,9 +96,18 @@ class Progress:
 
     def line(self) -> str:
         return (
-            f"{self.steps} steps, {self.records:,} records, {self.bytes / 1e6:.1f} MB"
+            f"{self.steps} steps, {self.records:,} records, {human_size(self.bytes)}"
             f" ({self.processes} process{'es' if self.processes != 1 else ''})"
         )
+
+
+def human_size(size: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
 
 
 def record(command: list[str], config: RecordConfig, force: bool = False) -> int:

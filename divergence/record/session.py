@@ -91,7 +91,13 @@ class Session:
     @property
     def recording(self) -> bool:
         """Whether the current step is inside ``--steps`` (and recording has not failed)."""
-        return not self.failure and self.config.steps.contains(self.step)
+        return not self.failure and self.config.steps.contains(self.current_step)
+
+    @property
+    def current_step(self) -> int:
+        """The step being recorded. Until the first optimizer step (auto mode) every root-model
+        call counts as a step of its own, as it is written if no optimizer ever steps."""
+        return self.step + max(len(self._marks) - 1, 0) if self.mode == "auto" else self.step
 
     def fail(self, reason: str) -> None:
         """Stop recording after an internal error; the training itself goes on untouched."""
@@ -165,7 +171,8 @@ class Session:
         bounds = self._marks[1:] if keep_current else [*self._marks[1:], len(self._rows)]
         start = 0
         for end in bounds:
-            self._write(self.step, start, end)
+            if end > start:  # a forward outside --steps left nothing to write
+                self._write(self.step, start, end)
             self.step += 1
             start = end
         self._rows = self._rows[start:]
@@ -181,7 +188,7 @@ class Session:
         return known
 
     def wants_dump(self, name: str) -> bool:
-        return self.config.dumps_anything and self.config.wants_dump(self.step, name)
+        return self.config.dumps_anything and self.config.wants_dump(self.current_step, name)
 
     def add(
         self,
@@ -295,6 +302,7 @@ class Session:
         """In a forked child (DataLoader worker): start empty; never touch the parent's file."""
         self.writer = None
         self._reset_buffer()
+        self._strings, self._new_strings, self._shapes = {"": 0}, [], {}
         self._start_time = time.time()
 
 

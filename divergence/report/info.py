@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
@@ -88,6 +89,16 @@ class RunSummary:
             yield table
 
 
+def _count_probes(records: np.ndarray) -> int:
+    """Distinct (name, kind, slot) triples: the probes a run holds."""
+    keys = (
+        (records["name"].astype(np.uint64) << np.uint64(24))
+        | (records["kind"].astype(np.uint64) << np.uint64(16))
+        | records["slot"].astype(np.uint64)
+    )
+    return int(np.unique(keys).size)
+
+
 def run_summary(path: str | Path) -> RunSummary:
     run = Run.open(path)
     processes = []
@@ -108,7 +119,7 @@ def run_summary(path: str | Path) -> RunSummary:
                 exit_status=f.exit_status,
                 torn_rows=f.torn_rows,
                 kinds=dict(kinds),
-                probes=len({(int(r["name"]), int(r["kind"]), int(r["slot"])) for r in records}),
+                probes=_count_probes(records),
                 meta=f.meta,
             )
         )

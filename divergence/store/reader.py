@@ -53,7 +53,7 @@ class RunFile:
             raise
         except FileNotFoundError as exc:
             raise CorruptRunError(f"{path}: file not found") from exc
-        except (OSError, KeyError, ValueError) as exc:
+        except Exception as exc:  # HDF5 reports damage as OSError, RuntimeError, TypeError, ...
             raise CorruptRunError(
                 f"{path}: cannot read HDF5 ({_short(exc)})", hint=HINT_CORRUPT
             ) from exc

@@ -59,13 +59,14 @@ def _signed(value: int) -> int:
 
 def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
     """Fingerprint any tensor; kinds it cannot read come back skipped with the reason."""
-    if t.is_cpu and t.layout == torch.strided and not t.is_quantized:
+    if t.is_cpu and t.layout == torch.strided and not t.is_quantized and not t.is_nested:
         return _fingerprint_host(t, "")  # the hot path: plain CPU tensors
-    name, shape = dtype_name(t.dtype), tuple(t.shape)
+    name = dtype_name(t.dtype)
+    if t.is_nested:  # its sizes are ragged (or symbolic): no plain shape to record
+        return Fingerprint.skip(name, (), "nested tensor: not fingerprinted")
+    shape = tuple(t.shape)
     if t.device.type == "meta":
         return Fingerprint.skip(name, shape, "meta tensor: no data")
-    if t.is_nested:
-        return Fingerprint.skip(name, shape, "nested tensor: not fingerprinted")
     if t.layout != torch.strided:
         return _fingerprint_sparse(t, name, shape)
     if t.is_quantized:
