@@ -24,8 +24,6 @@ from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
 from divergence.store.schema import Kind, Phase, parse_shape
 
-STRUCTURE_FIELDS = ("step", "phase", "kind", "name", "slot")
-
 
 def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
     run_a, run_b = Run.open(path_a), Run.open(path_b)
@@ -86,46 +84,55 @@ def _script(meta: dict[str, object]) -> str:
     return Path(str(argv[0])).name
 
 
+BLOCK_ROWS = 1 << 16  # compared a block at a time: the block's fields stay in cache
+
+
 @dataclass
-class Columns:
-    """A run file's records as contiguous columns, string ids translated into a shared space."""
+class Scan:
+    """Where two aligned record sequences stop having the same structure, and which rows before
+    that differ in value."""
 
-    step: np.ndarray
-    phase: np.ndarray
-    kind: np.ndarray
-    name: np.ndarray
-    slot: np.ndarray
-    fp: np.ndarray
-    dtype: np.ndarray
-    shape: np.ndarray
-    algo: np.ndarray
+    structure_end: int
+    value_differs: np.ndarray  # bool, one per row before structure_end
+    mixed_algorithm: int | None  # first row fingerprinted with different algorithms
 
-    @classmethod
-    def of(cls, file: RunFile, mapping: np.ndarray | None = None) -> Columns:
-        r = file.records
-        columns = {f: np.ascontiguousarray(r[f]) for f in cls.__dataclass_fields__}
-        if mapping is not None:
-            for f in ("name", "dtype", "shape"):
-                columns[f] = mapping[columns[f]]
-        return cls(**columns)
 
-    def __getitem__(self, rows: slice) -> Columns:
-        return Columns(**{f: getattr(self, f)[rows] for f in self.__dataclass_fields__})
+def scan(ra: np.ndarray, rb: np.ndarray, mapping: np.ndarray) -> Scan:
+    """Compare records row by row; ``mapping`` translates ``rb``'s string ids into ``ra``'s."""
+    n = min(ra.size, rb.size)
+    differs = np.zeros(n, dtype=bool)
+    mixed: int | None = None
+    for start in range(0, n, BLOCK_ROWS):
+        a, b = ra[start : min(n, start + BLOCK_ROWS)], rb[start : min(n, start + BLOCK_ROWS)]
+        same = a["name"] == mapping[b["name"]]
+        for field in ("step", "phase", "kind", "slot"):
+            same &= a[field] == b[field]
+        end = a.size if same.all() else int(np.argmin(same))
+        a, b = a[:end], b[:end]
+        differs[start : start + end] = (
+            (a["fp"] != b["fp"])
+            | (a["dtype"] != mapping[b["dtype"]])
+            | (a["shape"] != mapping[b["shape"]])
+        )
+        if mixed is None:
+            both = (a["algo"] != Algorithm.NONE) & (b["algo"] != Algorithm.NONE)
+            rows = np.flatnonzero(both & (a["algo"] != b["algo"]))
+            mixed = start + int(rows[0]) if rows.size else None
+        if end < BLOCK_ROWS and start + end < n:
+            return Scan(start + end, differs[: start + end], mixed)
+    return Scan(n, differs, mixed)
 
 
 def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
-    ca, cb = Columns.of(a), Columns.of(b, _string_mapping(b, a))
     n = min(a.records.size, b.records.size)
-    same_structure = np.ones(n, dtype=bool)
-    for name in STRUCTURE_FIELDS:
-        same_structure &= getattr(ca, name)[:n] == getattr(cb, name)[:n]
-    structure_end = int(np.argmin(same_structure)) if not same_structure.all() else n
-    ca, cb = ca[:structure_end], cb[:structure_end]
-    value_differs = (ca.fp != cb.fp) | (ca.dtype != cb.dtype) | (ca.shape != cb.shape)
-    _refuse_mixed_algorithms(a, b, ca, cb)
+    result = scan(a.records, b.records, _string_mapping(b, a))
+    structure_end = result.structure_end
+    if result.mixed_algorithm is not None:
+        _refuse_mixed_algorithms(a, b, result.mixed_algorithm)
     # RNG states are evidence, not divergences: an unseeded generator that is never drawn from
     # differs from the first step on and changes no tensor.
-    rng_rows = ca.kind == Kind.RNG_STATE
+    rng_rows = a.records["kind"][:structure_end] == Kind.RNG_STATE
+    value_differs = result.value_differs
     rng_differs = value_differs & rng_rows
     value_differs &= ~rng_rows
     first_value = int(np.argmax(value_differs)) if value_differs.any() else None
@@ -137,8 +144,10 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         first = _structure_divergence(key, a, b, structure_end)
     elif a.records.size != b.records.size or a.complete != b.complete:
         first = _length_divergence(key, a, b, n)
-    propagation = _propagation(ca, value_differs) if first_value is not None else None
-    rng_only = sorted({a.strings[ca.name[i]] for i in np.flatnonzero(rng_differs)[:1000]})
+    propagation = None
+    if first_value is not None:
+        propagation = _propagation(a.records[:structure_end], value_differs)
+    rng_names = {int(a.records["name"][i]) for i in np.flatnonzero(rng_differs)[:1000]}
     return ProcessComparison(
         process=key,
         path_a=a.path,
@@ -150,7 +159,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         complete_b=b.complete,
         first=first,
         propagation=propagation,
-        rng_differences=rng_only,
+        rng_differences=sorted(a.strings[i] for i in rng_names),
     )
 
 
@@ -175,16 +184,13 @@ def _rng_evidence(a: RunFile, rows: np.ndarray, step: int) -> list[str]:
     return [f"{name} from step {first}" for name, first in seen.items()]
 
 
-def _refuse_mixed_algorithms(a: RunFile, b: RunFile, ca: Columns, cb: Columns) -> None:
-    both = (ca.algo != Algorithm.NONE) & (cb.algo != Algorithm.NONE)
-    mixed = np.flatnonzero(both & (ca.algo != cb.algo))
-    if mixed.size:
-        row = int(mixed[0])
-        raise IncomparableRunsError(
-            f"{a.path} and {b.path} fingerprinted '{a.strings[ca.name[row]]}' with different "
-            f"algorithms ({Algorithm(ca.algo[row]).name} vs {Algorithm(cb.algo[row]).name})",
-            hint="record both runs on the same kind of device",
-        )
+def _refuse_mixed_algorithms(a: RunFile, b: RunFile, row: int) -> None:
+    algo_a, algo_b = Algorithm(a.records["algo"][row]), Algorithm(b.records["algo"][row])
+    raise IncomparableRunsError(
+        f"{a.path} and {b.path} fingerprinted '{a.strings[a.records['name'][row]]}' with "
+        f"different algorithms ({algo_a.name} vs {algo_b.name})",
+        hint="record both runs on the same kind of device",
+    )
 
 
 def probe_at(file: RunFile, row: int) -> Probe:
@@ -245,16 +251,19 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     return divergence
 
 
-def _propagation(c: Columns, differs: np.ndarray) -> Propagation:
-    first_step = int(c.step[np.argmax(differs)])
-    loss_rows = np.flatnonzero(differs & (c.kind == Kind.LOSS))
-    final_step = int(c.step[-1]) if c.step.size else 0
-    final_params = (c.step == final_step) & (c.kind == Kind.PARAM) & (c.phase == Phase.OPTIMIZER)
+def _propagation(records: np.ndarray, differs: np.ndarray) -> Propagation:
+    step, kind = records["step"], records["kind"]
+    first_step = int(step[np.argmax(differs)])
+    loss_rows = np.flatnonzero(differs & (kind == Kind.LOSS))
+    final_step = int(step[-1]) if step.size else 0
+    final_params = (
+        (step == final_step) & (kind == Kind.PARAM) & (records["phase"] == Phase.OPTIMIZER)
+    )
     return Propagation(
         differing_records=int(differs.sum()),
-        differing_in_first_step=int((differs & (c.step == first_step)).sum()),
-        steps_with_differences=int(np.unique(c.step[differs]).size),
-        first_loss_difference_step=int(c.step[loss_rows[0]]) if loss_rows.size else None,
+        differing_in_first_step=int((differs & (step == first_step)).sum()),
+        steps_with_differences=int(np.unique(step[differs]).size),
+        first_loss_difference_step=int(step[loss_rows[0]]) if loss_rows.size else None,
         final_params_differing=int((final_params & differs).sum()),
         final_params_total=int(final_params.sum()),
         final_step=final_step,
