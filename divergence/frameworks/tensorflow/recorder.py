@@ -32,6 +32,7 @@ from tensorflow.python.eager import backprop
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
 from divergence.fingerprint import Algorithm, header_seed, smix64_finish
+from divergence.frameworks.imports import when_imported
 from divergence.frameworks.tensorflow import naming
 from divergence.frameworks.tensorflow.fingerprint import (
     dtype_name,
@@ -39,7 +40,6 @@ from divergence.frameworks.tensorflow.fingerprint import (
     readable,
     word_sum_int64,
 )
-from divergence.frameworks.tensorflow.hooks import when_imported
 from divergence.frameworks.tensorflow.metadata import tf_metadata
 from divergence.frameworks.tensorflow.rng import framework_generators
 from divergence.frameworks.tensorflow.table import (

@@ -1,9 +1,10 @@
 """Run a callback once a module has finished importing, now or later.
 
-The tensorflow adapter is installed when ``tensorflow`` finishes importing, which (after
-``import keras``) happens in the middle of Keras' own import: the Keras classes to patch do not
-exist yet. So each patch waits for the module that defines its class.
+Framework adapters are installed when the program imports the framework. The tensorflow adapter
+also needs it per patch: ``tensorflow`` finishes importing (after ``import keras``) in the middle
+of Keras' own import, when the Keras classes to patch do not exist yet.
 
+>>> import json
 >>> done = []
 >>> remove = when_imported("json", lambda module: done.append(module.__name__))
 >>> done

@@ -1,0 +1,352 @@
+"""Op-level zoom (``--granularity op``): fingerprint every aten op's inputs and outputs.
+
+A private ``TorchDispatchMode`` sees every aten op below autograd: forward, backward and the
+optimizer's internals. Each op is recorded as ``OP_INPUT`` rows (its tensor arguments, before it
+runs, so an in-place op's previous value is kept) then ``OP_OUTPUT`` rows, named
+``<module>/<op>``, e.g. ``block.fc/aten.addmm.default`` (slot = index among the op's tensor
+arguments or outputs). Attribution:
+
+* forward: the innermost running module (the recorder's module stack);
+* backward: the module whose output gradient arrived last (a tensor hook on every module
+  output marks where the backward of that module begins);
+* optimizer: the optimizer's class name (``SGD/aten.add_.Tensor``);
+* anything else: the op name alone.
+
+The mode is pushed when a recorded step opens and popped at the optimizer step after which no
+step is recorded any more; every op also checks :attr:`Session.recording` first, so ops outside
+``--steps`` cost one attribute read. ``--include`` globs filter by the record name.
+
+NB: outputs of ops that return uninitialised memory (``empty``, ``new_empty``, ...) and views of
+them are recorded as skipped until an op writes into them: their bits differ run to run.
+NB: the recorder's own tensor work (dumps, device fingerprints, RNG states) runs with the mode
+paused, so it never shows up as ops. Compiled regions (``torch.compile``) and kernels that do not
+go through the dispatcher are not observed: the compare report says so when it matters.
+NB: nothing here draws random numbers or changes an algorithm: a recorded op computes the same
+bits as an unrecorded one (tests/e2e/test_op_level.py checks it).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+import torch
+from torch.nn.modules.module import register_module_forward_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from divergence.frameworks.torch.calls import encode_call
+from divergence.frameworks.torch.fingerprint import dtype_name, fingerprint_tensor, to_host
+from divergence.record.session import Fingerprint, Session
+from divergence.store.schema import Kind, Phase
+
+# Ops whose outputs are uninitialised memory (op packet names).
+UNINITIALISED = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "empty_permuted",
+        "new_empty",
+        "new_empty_strided",
+        "resize_",
+        "resize_as_",
+        "_empty_affine_quantized",
+        "_empty_per_channel_affine_quantized",
+    }
+)
+CACHE_LIMIT = 8192
+
+
+class OpRecorder:
+    """Owns the dispatch mode and the hooks that attribute ops; :meth:`remove` undoes them.
+
+    ``recorder`` is the module-level :class:`TorchRecorder` (its module stack and names).
+    """
+
+    def __init__(self, session: Session, recorder: Any) -> None:
+        self.session = session
+        self.recorder = recorder
+        self.mode = _Mode(self)
+        self.active = False
+        self.paused = 0
+        self.disabled = False  # a forked child (DataLoader worker) records no ops
+        self.optimizer = ""  # class name of the optimizer whose step() is running
+        self.backward_module = ""
+        self.backward_task = -1
+        self.region_grad: Callable[[], torch.Tensor | None] = _none
+        self.names: dict[tuple[str, Any], str] = {}
+        self.garbage: set[int] = set()  # storage pointers of uninitialised memory
+        self.cache: dict[int, tuple[Any, int, Fingerprint]] = {}
+        self.undo: list[Callable[[], None]] = []
+
+    # --- installation ---------------------------------------------------------------------
+    def install(self) -> Callable[[], None]:
+        s, r = self.session, self.recorder
+        for handle in (
+            register_module_forward_hook(self._after_forward),
+            register_optimizer_step_pre_hook(self._before_optimizer_step),
+            register_optimizer_step_post_hook(self._after_optimizer_step),
+        ):
+            self.undo.append(handle.remove)
+        # The recorder's own tensor work must not appear as ops: pause around it.
+        s.on_step_start.insert(0, self._pause_callback)
+        s.on_step_start.append(self._at_step_start)
+        self.undo.append(lambda: s.on_step_start.remove(self._pause_callback))
+        self.undo.append(lambda: s.on_step_start.remove(self._at_step_start))
+        original_add = r._add
+        r._add = self.paused_call(original_add)
+        self.undo.append(lambda: setattr(r, "_add", original_add))
+        for kind, resolver in list(s.resolvers.items()):
+            s.resolvers[kind] = self.paused_call(resolver)
+        os.register_at_fork(after_in_child=self._after_fork)
+        return self.remove
+
+    def remove(self) -> None:
+        self._exit_mode()
+        while self.undo:
+            self.undo.pop()()
+
+    def paused_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self.pause():
+                return fn(*args, **kwargs)
+
+        return call
+
+    @contextmanager
+    def pause(self) -> Iterator[None]:
+        self.paused += 1
+        try:
+            yield
+        finally:
+            self.paused -= 1
+
+    def _pause_callback(self, session: Session) -> None:
+        self.paused += 1  # undone by _at_step_start, the last step-start callback
+
+    def _at_step_start(self, session: Session) -> None:
+        self.paused -= 1
+        self.garbage.clear()
+        self.cache.clear()
+        if not self.active and not self.disabled:
+            self.mode.__enter__()
+            self.active = True
+
+    def _exit_mode(self) -> None:
+        # Pop only if ours is on top: a user's mode pushed later stays intact (then we stay
+        # pushed but idle, since Session.recording is False).
+        if self.active and _get_current_dispatch_mode() is self.mode:
+            self.mode.__exit__(None, None, None)
+            self.active = False
+
+    def _after_fork(self) -> None:
+        self.disabled = True
+
+    # --- attribution hooks ----------------------------------------------------------------
+    def _after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if not self.active or not self.session.recording:
+            return
+        name = self.recorder.module_names.get(module)
+        if name is None:
+            return
+        for t in _tensors(output):
+            if t.requires_grad and t.grad_fn is not None:
+                t.register_hook(_BackwardRegion(self, name))
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self.optimizer = type(optimizer).__name__
+
+    def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self.optimizer = ""
+        s = self.session
+        stop = s.config.steps.stop
+        if stop is not None and s.step >= stop:
+            self._exit_mode()  # no later step is recorded: the zoom costs nothing from here
+
+    # --- the op -------------------------------------------------------------------------------
+    def where(self) -> tuple[Phase, str]:
+        """(phase, module) of the op being dispatched."""
+        if self.optimizer:
+            return Phase.OPTIMIZER, self.optimizer
+        task = torch._C._current_graph_task_id()
+        if task >= 0:
+            if task != self.backward_task:
+                self.backward_task, self.backward_module = task, ""
+            return Phase.BACKWARD, self.backward_module
+        stack = self.recorder.stack
+        return Phase.FORWARD, stack[-1] if stack else ""
+
+    def record_name(self, module: str, func: Any) -> str:
+        key = (module, func)
+        name = self.names.get(key)
+        if name is None:
+            name = self.names[key] = f"{module}/{func}" if module else str(func)
+        return name
+
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        s = self.session
+        if self.paused or self.disabled or not s.recording:
+            return func(*args, **kwargs)
+        try:
+            plan = self.before(func, args, kwargs)
+        except Exception as exc:  # a recorder bug must not kill the training
+            s.fail(f"op {func}: {type(exc).__name__}: {exc}")
+            plan = None
+        out = func(*args, **kwargs)  # the user's errors propagate untouched
+        if plan is not None:
+            try:
+                self.after(plan, func, out)
+            except Exception as exc:
+                s.fail(f"op {func}: {type(exc).__name__}: {exc}")
+        return out
+
+    def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Plan | None:
+        """Record the op's inputs (before it runs: an in-place op overwrites them)."""
+        s = self.session
+        phase, module = self.where()
+        name = self.record_name(module, func)
+        if not s.begin_event() or not s.wants(name):
+            return None
+        mutable = func._schema.is_mutable
+        inputs = list(_call_tensors(args, kwargs))
+        dump = s.wants_dump(name)
+        note = encode_call(func, args, kwargs) if dump and inputs else ""
+        for slot, t in enumerate(inputs):
+            self._add(phase, Kind.OP_INPUT, name, t, slot, dump, not mutable, note)
+            note = ""
+        return _Plan(phase, name, inputs if mutable else [], dump)
+
+    def after(self, plan: _Plan, func: Any, out: Any) -> None:
+        s, phase, name = self.session, plan.phase, plan.name
+        uninitialised = func.overloadpacket.__name__ in UNINITIALISED
+        for slot, t in enumerate(_tensors(out)):
+            if uninitialised:
+                self.garbage.add(_storage(t))
+                reason = f"uninitialised memory ({func}): not compared"
+                s.add(phase, Kind.OP_OUTPUT, name, _skip(t, reason), slot)
+                continue
+            if self.garbage and not func.is_view:
+                self.garbage.discard(_storage(t))  # freshly written (or written in place)
+            self._add(phase, Kind.OP_OUTPUT, name, t, slot, plan.dump, True)
+        if self.garbage:
+            for t in plan.written:
+                self.garbage.discard(_storage(t))
+
+    def _add(
+        self,
+        phase: Phase,
+        kind: Kind,
+        name: str,
+        t: torch.Tensor,
+        slot: int,
+        dump: bool,
+        cached: bool,
+        note: str = "",
+    ) -> None:
+        s = self.session
+        if self.garbage and _storage(t) in self.garbage:
+            s.add(phase, kind, name, _skip(t, "uninitialised memory: not compared"), slot, note)
+            return
+        fingerprint = self.fingerprint(t, cached)
+        s.add(phase, kind, name, fingerprint, slot, note, to_host(t) if dump else None)
+
+    def fingerprint(self, t: torch.Tensor, cached: bool) -> Fingerprint:
+        """Cached by identity and version, except around in-place ops: autograd bumps the
+        version before the op runs, so the same version names the value before and after."""
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return fingerprint_tensor(t)
+        if cached:
+            hit = self.cache.get(id(t))
+            if hit is not None and hit[1] == version and hit[0]() is t:
+                return hit[2]
+        result = fingerprint_tensor(t)
+        if cached:
+            if len(self.cache) > CACHE_LIMIT:
+                self.cache.clear()
+            self.cache[id(t)] = (weakref.ref(t), version, result)
+        return result
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, owner: OpRecorder) -> None:
+        super().__init__()
+        self.owner = owner
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        return self.owner.dispatch(func, args, kwargs or {})
+
+
+class _Plan(NamedTuple):
+    """What :meth:`OpRecorder.before` decided for one op call."""
+
+    phase: Phase
+    name: str
+    written: list[torch.Tensor]  # tensor arguments of an in-place op
+    dump: bool
+
+
+class _BackwardRegion:
+    """Tensor hook on a module output: the backward of that module starts when it fires."""
+
+    __slots__ = ("name", "owner")
+
+    def __init__(self, owner: OpRecorder, name: str) -> None:
+        self.owner, self.name = owner, name
+
+    def __call__(self, grad: torch.Tensor | None) -> None:
+        owner = self.owner
+        # A tensor that is the output of nested modules carries one hook per module, inner
+        # first: the gradient object is the same, and the innermost module keeps the region.
+        if grad is not None and owner.region_grad() is grad:
+            return
+        owner.backward_task = torch._C._current_graph_task_id()
+        owner.backward_module = self.name
+        owner.region_grad = weakref.ref(grad) if grad is not None else _none
+
+
+def _none() -> None:
+    return None
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)
+
+
+def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[torch.Tensor]:
+    """The tensor arguments in order; ``out=`` buffers are left out (their old contents are
+    not an input, and are often uninitialised)."""
+    yield from _tensors(args)
+    for key, value in kwargs.items():
+        if key != "out" and not key.startswith("out"):
+            yield from _tensors(value)
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return -1
+
+
+def _skip(t: torch.Tensor, reason: str) -> Fingerprint:
+    return Fingerprint.skip(dtype_name(t.dtype), tuple(t.shape), reason)
+
+
+def install(session: Session, recorder: Any) -> Callable[[], None]:
+    """Add the op-level zoom to a module-level ``recorder`` (``--granularity op``)."""
+    return OpRecorder(session, recorder).install()
