@@ -28,8 +28,12 @@ def attach(session: Session) -> Callable[[], None]:
     removers: list[Callable[[], None]] = []
 
     def install(module: ModuleType) -> None:
-        adapter = importlib.import_module(ADAPTERS[module.__name__])
-        removers.append(adapter.install(session))
+        # Runs inside the program's own `import torch`: a failure here must not become its failure.
+        try:
+            adapter = importlib.import_module(ADAPTERS[module.__name__])
+            removers.append(adapter.install(session))
+        except Exception as exc:
+            session.fail(f"cannot instrument {module.__name__}: {type(exc).__name__}: {exc}")
 
     waiting = [when_imported(name, install) for name in ADAPTERS]
 
