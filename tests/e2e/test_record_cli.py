@@ -178,3 +178,27 @@ def test_steps_and_include_limit_what_is_recorded(tmp_path: Path) -> None:
     run = RunFile.open(h5_files(out)[0])
     names = {run.strings[i] for i in run.records["name"]} - {""}
     assert names and all(n.startswith("block") for n in names), names
+
+
+def test_python_api_records_in_process(tmp_path: Path) -> None:
+    import subprocess
+
+    script = tmp_path / "api.py"
+    script.write_text(
+        "import sys, torch, divergence\n"
+        "torch.manual_seed(0)\n"
+        "nn = torch.nn\n"
+        "model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "with divergence.Recorder(sys.argv[1], steps='1:3'):\n"
+        "    for _ in range(4):\n"
+        "        divergence.probe(model(torch.ones(3, 4)).sum(), 'total').backward()\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n"
+    )
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, str(script), str(tmp_path / name)], check=True)
+    info = json.loads(run_cli("info", "--json", str(tmp_path / "a")).stdout)["processes"][0]
+    assert (info["first_step"], info["last_step"], info["complete"]) == (1, 2, True)
+    assert info["kinds"]["probe"] == 2
+    assert run_cli("compare", "-q", str(tmp_path / "a"), str(tmp_path / "b")).returncode == 0
