@@ -51,7 +51,8 @@ def test_signed_zero_and_positions_differ() -> None:
 
 @pytest.mark.parametrize("key", ["float32", "float16_odd_bytes", "int64", "bool_odd_bytes"])
 def test_matches_torch_on_the_same_bits(key: str) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     from divergence.frameworks.torch.fingerprint import smix64_fingerprint_tensor
 
     a = ARRAYS[key]
@@ -59,7 +60,8 @@ def test_matches_torch_on_the_same_bits(key: str) -> None:
 
 
 def test_bfloat16_matches_torch() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     from divergence.frameworks.torch.fingerprint import smix64_fingerprint_tensor
 
     values = RNG.standard_normal(9).astype(np.float32)

@@ -363,7 +363,8 @@ def test_fp8_nan_and_inf_counts(dtype: str) -> None:
 
 @pytest.mark.parametrize("dtype", FP8)
 def test_fp8_decode_matches_torch(dtype: str) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     codes = np.arange(256, dtype=np.uint8)
     ref = torch.from_numpy(codes).view(getattr(torch, dtype)).to(torch.float64).numpy()
     got = decode_float64(codes, dtype)
