@@ -68,6 +68,7 @@ Then, in order:
 
 Example:
     >>> import numpy as np
+
     >>> a = np.ones((2, 3), dtype=np.float32)
     >>> b = a.copy()
     >>> b[1, 2] = np.nextafter(np.float32(1), np.float32(2))
@@ -80,13 +81,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["READINGS", "NumericDiff", "decode_float64", "numeric_diff"]
+from divergence.compare.float_formats import (
+    COMPLEX_COMPONENT,
+    FLOAT_FORMATS,
+    INT_NAMES,
+    NUMPY_NATIVE,
+    decode_bits,
+    max_finite_magnitude,
+    normalise_dtype,
+    storage_bits,
+    ulp_distance,
+)
+from divergence.compare.float_formats import decode_float64 as decode_float64
+
+__all__ = ["READINGS", "NumericDiff", "decode_float64", "numeric_diff"]  # decode re-exported
 
 AnyArray = npt.NDArray[Any]
 
@@ -119,262 +132,6 @@ _ULP_BUCKETS: Final[tuple[tuple[str, int, int | None], ...]] = (
     ("16-255", 16, 255),
     (">=256", 256, None),
 )
-
-_UINT_BY_WIDTH: Final[dict[int, type[np.unsignedinteger[Any]]]] = {
-    8: np.uint8,
-    16: np.uint16,
-    32: np.uint32,
-    64: np.uint64,
-}
-_INT_BY_WIDTH: Final[dict[int, type[np.signedinteger[Any]]]] = {
-    8: np.int8,
-    16: np.int16,
-    32: np.int32,
-    64: np.int64,
-}
-
-
-@dataclass(frozen=True)
-class _FloatFormat:
-    """Bit layout of one real floating-point format."""
-
-    name: str
-    width: int  # storage bits
-    exp_bits: int
-    man_bits: int
-    bias: int
-    # "ieee": max exponent is inf (mantissa 0) / NaN; "fn": no inf, NaN = all ones;
-    # "fnuz": no inf, no negative zero, NaN = sign bit only (0x80).
-    special: str
-
-    @property
-    def uint(self) -> type[np.unsignedinteger[Any]]:
-        return _UINT_BY_WIDTH[self.width]
-
-    @property
-    def sign_mask(self) -> int:
-        return 1 << (self.width - 1)
-
-    @property
-    def exp_mask(self) -> int:
-        return ((1 << self.exp_bits) - 1) << self.man_bits
-
-    @property
-    def man_mask(self) -> int:
-        return (1 << self.man_bits) - 1
-
-    @property
-    def min_normal_exp(self) -> int:
-        return 1 - self.bias
-
-    @property
-    def noise_ulp(self) -> int:
-        return min(16, 2 ** (self.man_bits - 1))
-
-    @property
-    def large_ulp(self) -> int:
-        return max(self.noise_ulp, 2 ** max(self.man_bits - 7, 0))
-
-    def spacing(self, x: float) -> float:
-        """Distance between adjacent representable values at magnitude ``x`` (finite, >= 0)."""
-        exp = self.min_normal_exp
-        if x > 0:
-            exp = max(math.frexp(x)[1] - 1, exp)
-        return math.ldexp(1.0, exp - self.man_bits)
-
-
-_FLOAT_FORMATS: Final[dict[str, _FloatFormat]] = {
-    f.name: f
-    for f in (
-        _FloatFormat("float64", 64, 11, 52, 1023, "ieee"),
-        _FloatFormat("float32", 32, 8, 23, 127, "ieee"),
-        _FloatFormat("float16", 16, 5, 10, 15, "ieee"),
-        _FloatFormat("bfloat16", 16, 8, 7, 127, "ieee"),
-        _FloatFormat("float8_e4m3fn", 8, 4, 3, 7, "fn"),
-        _FloatFormat("float8_e5m2", 8, 5, 2, 15, "ieee"),
-        _FloatFormat("float8_e4m3fnuz", 8, 4, 3, 8, "fnuz"),
-        _FloatFormat("float8_e5m2fnuz", 8, 5, 2, 16, "fnuz"),
-    )
-}
-
-_COMPLEX_COMPONENT: Final[dict[str, str]] = {"complex64": "float32", "complex128": "float64"}
-
-_NUMPY_NATIVE: Final[dict[str, type[np.generic]]] = {
-    "float64": np.float64,
-    "float32": np.float32,
-    "float16": np.float16,
-    "complex64": np.complex64,
-    "complex128": np.complex128,
-    "bool": np.bool_,
-    "int8": np.int8,
-    "uint8": np.uint8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "uint16": np.uint16,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-}
-
-_INT_NAMES: Final[frozenset[str]] = frozenset(
-    {"int8", "uint8", "int16", "int32", "int64", "uint16", "uint32", "uint64"}
-)
-
-
-@cache
-def _fp8_table(name: str) -> AnyArray:
-    """The float64 value of each of the 256 codes of an fp8 format (read-only)."""
-    fmt = _FLOAT_FORMATS[name]
-    max_exp = (1 << fmt.exp_bits) - 1
-    table = np.empty(256, dtype=np.float64)
-    for code in range(256):
-        sign = -1.0 if code & fmt.sign_mask else 1.0
-        exp = (code & fmt.exp_mask) >> fmt.man_bits
-        man = code & fmt.man_mask
-        if fmt.special == "fnuz" and code == fmt.sign_mask:
-            value = math.nan
-        elif fmt.special == "ieee" and exp == max_exp:
-            value = sign * math.inf if man == 0 else math.copysign(math.nan, sign)
-        elif fmt.special == "fn" and exp == max_exp and man == fmt.man_mask:
-            value = math.copysign(math.nan, sign)
-        elif exp == 0:
-            value = sign * math.ldexp(man, fmt.min_normal_exp - fmt.man_bits)
-        else:
-            value = sign * math.ldexp((1 << fmt.man_bits) + man, exp - fmt.bias - fmt.man_bits)
-        table[code] = value
-    table.setflags(write=False)
-    return table
-
-
-def _decode_bits(bits: AnyArray, fmt: _FloatFormat) -> AnyArray:
-    """Decode unsigned bit patterns of ``fmt`` to float64 (same shape)."""
-    with np.errstate(invalid="ignore"):  # signalling NaNs are quietened without a warning
-        return _decode_bits_raw(bits, fmt)
-
-
-def _decode_bits_raw(bits: AnyArray, fmt: _FloatFormat) -> AnyArray:
-    if fmt.name == "float64":
-        return np.ascontiguousarray(bits, dtype=np.uint64).view(np.float64).copy()
-    if fmt.name == "float32":
-        return np.ascontiguousarray(bits, dtype=np.uint32).view(np.float32).astype(np.float64)
-    if fmt.name == "float16":
-        return np.ascontiguousarray(bits, dtype=np.uint16).view(np.float16).astype(np.float64)
-    if fmt.name == "bfloat16":
-        wide = bits.astype(np.uint32) << np.uint32(16)
-        return wide.view(np.float32).astype(np.float64)
-    return _fp8_table(fmt.name)[bits]
-
-
-def _normalise_dtype(dtype: str) -> str:
-    name = dtype.strip()
-    if name.startswith("torch."):
-        name = name[len("torch.") :]
-    if name not in _FLOAT_FORMATS and name not in _NUMPY_NATIVE:
-        known = sorted(set(_FLOAT_FORMATS) | set(_NUMPY_NATIVE))
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(known)}")
-    return name
-
-
-def _storage_bits(arr: AnyArray, name: str, which: str) -> AnyArray:
-    """Reinterpret ``arr`` as the unsigned bit patterns of dtype ``name``.
-
-    Real floats: shape ``arr.shape`` of the same-width unsigned type. Complex: shape
-    ``arr.shape + (2,)`` of the component width (real, imag). Integers: the named integer type
-    itself. Bool: uint8.
-    """
-    if not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    kind = arr.dtype.kind
-    native = _NUMPY_NATIVE.get(name)
-    if name in _FLOAT_FORMATS or name in _COMPLEX_COMPONENT:
-        width = (
-            _FLOAT_FORMATS[name].width
-            if name in _FLOAT_FORMATS
-            else 2 * _FLOAT_FORMATS[_COMPLEX_COMPONENT[name]].width
-        )
-        exact = native is not None and arr.dtype == np.dtype(native)
-        bit_view = kind in "iu" and arr.dtype.itemsize * 8 == width
-        if not (exact or bit_view):
-            raise ValueError(
-                f"array {which} has numpy dtype {arr.dtype}, which cannot hold {name}: pass "
-                f"the {name} array itself or its {width}-bit unsigned integer bit view"
-            )
-        if name in _COMPLEX_COMPONENT:
-            comp = _FLOAT_FORMATS[_COMPLEX_COMPONENT[name]]
-            values = arr if exact else arr.view(_NUMPY_NATIVE[name])
-            parts = np.stack([values.real, values.imag], axis=-1)
-            return parts.view(comp.uint)
-        return arr.view(_FLOAT_FORMATS[name].uint)
-    if name == "bool":
-        if kind == "b" or (kind in "iu" and arr.dtype.itemsize == 1):
-            return arr.view(np.uint8)
-        raise ValueError(f"array {which} has numpy dtype {arr.dtype}, which cannot hold bool")
-    assert native is not None
-    target = np.dtype(native)
-    if kind in "iu" and arr.dtype.itemsize == target.itemsize:
-        return arr.view(target)
-    raise ValueError(f"array {which} has numpy dtype {arr.dtype}, which cannot hold {name}")
-
-
-def decode_float64(arr: AnyArray, dtype: str) -> AnyArray:
-    """Decode a dumped float tensor (the array itself or its bit view) to float64.
-
-    Complex dtypes decode to complex128. Raises ``ValueError`` for non-float dtypes.
-
-    Example:
-        >>> decode_float64(np.array([0x3F80, 0xC000], dtype=np.uint16), "bfloat16").tolist()
-        [1.0, -2.0]
-        >>> decode_float64(np.array([0x38, 0x7E], dtype=np.uint8), "float8_e4m3fn").tolist()
-        [1.0, 448.0]
-    """
-    name = _normalise_dtype(dtype)
-    if name not in _FLOAT_FORMATS and name not in _COMPLEX_COMPONENT:
-        raise ValueError(f"{name} is not a floating-point dtype")
-    bits = _storage_bits(np.asarray(arr), name, "a")
-    if name in _COMPLEX_COMPONENT:
-        parts = _decode_bits(bits, _FLOAT_FORMATS[_COMPLEX_COMPONENT[name]])
-        return parts[..., 0] + 1j * parts[..., 1]
-    return _decode_bits(bits, _FLOAT_FORMATS[name])
-
-
-def _ordered(bits: AnyArray, fmt: _FloatFormat) -> AnyArray:
-    """Map bit patterns to int64 so that adjacent representable values differ by 1.
-
-    Non-negative values map to their magnitude bits ``m``; negative ones to ``~m == -m - 1``
-    (so -0.0 sits just below +0.0) or, for the fnuz formats without a negative zero, to ``-m``.
-    """
-    signed = bits.view(_INT_BY_WIDTH[fmt.width])  # same-width signed view, no copy
-    neg_mask = signed >> (fmt.width - 1)  # arithmetic shift: -1 for negative values, else 0
-    ordered = (signed & (fmt.sign_mask - 1)) ^ neg_mask  # m or ~m == -m - 1 (fits the width)
-    if fmt.special == "fnuz":
-        ordered -= neg_mask  # ~m + 1 == -m
-    return ordered
-
-
-def _ulp_distance(bits_a: AnyArray, bits_b: AnyArray, fmt: _FloatFormat) -> AnyArray:
-    """Exact ``|ordered(a) - ordered(b)|`` as uint64."""
-    oa = _ordered(bits_a, fmt)
-    ob = _ordered(bits_b, fmt)
-    if fmt.width < 64:  # the difference fits in int64
-        dist = np.subtract(oa, ob, dtype=np.int64)
-        return np.abs(dist, out=dist).view(np.uint64)
-    ua = oa.view(np.uint64)
-    ub = ob.view(np.uint64)
-    return np.where(oa >= ob, ua - ub, ub - ua)  # two's-complement wrap keeps it exact
-
-
-def _max_finite_magnitude(bits: AnyArray, fmt: _FloatFormat) -> float:
-    """Largest finite |x| among the bit patterns (0.0 when there is none)."""
-    if bits.size == 0:
-        return 0.0
-    u = fmt.uint
-    mag = bits & u(fmt.sign_mask - 1)  # magnitudes order like the values they encode
-    # Magnitudes at or above `limit` are inf/NaN (fnuz: the NaN 0x80 has magnitude 0).
-    limit = {"ieee": fmt.exp_mask, "fn": fmt.exp_mask | fmt.man_mask, "fnuz": fmt.sign_mask}
-    top = mag.max()
-    if int(top) >= limit[fmt.special]:
-        top = np.max(np.where(mag < u(limit[fmt.special]), mag, u(0)))
-    return float(_decode_bits(np.array([top], dtype=u), fmt)[0])
 
 
 def _fmt_float(x: float) -> str:
@@ -560,17 +317,17 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
         >>> (d.greatest_abs_diff, d.abs_diff_index, d.reading)
         (3.0, (7,), 'large change')
     """
-    name = _normalise_dtype(dtype)
+    name = normalise_dtype(dtype)
     arr_a = np.asarray(a)
     arr_b = np.asarray(b)
     if arr_a.shape != arr_b.shape:
         raise ValueError(f"shape mismatch: {arr_a.shape} vs {arr_b.shape}")
     shape = tuple(int(s) for s in arr_a.shape)
     total = int(arr_a.size)
-    bits_a = _storage_bits(arr_a, name, "a")
-    bits_b = _storage_bits(arr_b, name, "b")
+    bits_a = storage_bits(arr_a, name, "a")
+    bits_b = storage_bits(arr_b, name, "b")
 
-    is_complex = name in _COMPLEX_COMPONENT
+    is_complex = name in COMPLEX_COMPONENT
     flat_a: AnyArray
     flat_b: AnyArray
     if is_complex:
@@ -587,11 +344,11 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
     else:
         sa, sb = flat_a[pos], flat_b[pos]
 
-    if name == "bool" or name in _INT_NAMES:
+    if name == "bool" or name in INT_NAMES:
         abs_d = rel_d = None
         abs_i = rel_i = None
-        if name in _INT_NAMES and mismatched:
-            signed = np.dtype(_NUMPY_NATIVE[name]).kind == "i"
+        if name in INT_NAMES and mismatched:
+            signed = np.dtype(NUMPY_NATIVE[name]).kind == "i"
             wa = sa.astype(np.int64 if signed else np.uint64)
             wb = sb.astype(np.int64 if signed else np.uint64)
             ua, ub = wa.view(np.uint64), wb.view(np.uint64)
@@ -617,7 +374,7 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
             reading="identical" if mismatched == 0 else "non-float difference",
         )
 
-    fmt = _FLOAT_FORMATS[_COMPLEX_COMPONENT.get(name, name)]
+    fmt = FLOAT_FORMATS[COMPLEX_COMPONENT.get(name, name)]
 
     # Bit fields, over all mismatched elements (complex: either component).
     xor = sa ^ sb
@@ -631,8 +388,8 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
     mantissa_only = int(np.count_nonzero(~(sign_flip | exp_flip)))
 
     # Values (float64; complex: component pairs).
-    va = _decode_bits(sa, fmt)
-    vb = _decode_bits(sb, fmt)
+    va = decode_bits(sa, fmt)
+    vb = decode_bits(sb, fmt)
     nan_a: AnyArray = np.isnan(va)
     nan_b: AnyArray = np.isnan(vb)
     inf_a: AnyArray = np.isinf(va)
@@ -659,7 +416,7 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
     abs_d, abs_i = _greatest(diff, pos_ok, shape)
     rel_d, rel_i = _greatest(_relative(diff, b_abs), pos_ok, shape)
 
-    ulp = _ulp_distance(sa, sb, fmt)
+    ulp = ulp_distance(sa, sb, fmt)
     if is_complex:
         ulp = ulp.max(axis=1)
     max_ulp = int(ulp.max()) if ulp.size else 0
@@ -673,7 +430,7 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
         if bool(own_noise.all()):
             noise = own_noise
         else:  # only now pay for a pass over the whole tensor to find its scale
-            scale = max(_max_finite_magnitude(bits_a, fmt), _max_finite_magnitude(bits_b, fmt))
+            scale = max(max_finite_magnitude(bits_a, fmt), max_finite_magnitude(bits_b, fmt))
             noise = own_noise | (diff <= fmt.noise_ulp * fmt.spacing(scale))
         if nan_mismatch == 0 and bool(noise.all()):
             reading = "reduction-order noise"
