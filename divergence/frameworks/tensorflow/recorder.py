@@ -31,7 +31,8 @@ import tensorflow as tf
 from tensorflow.python.eager import backprop
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
-from divergence.fingerprint import Algorithm, header_seed, smix64_finish
+from divergence.fingerprint import Algorithm, header_seed
+from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.imports import when_imported
 from divergence.frameworks.tensorflow import naming
 from divergence.frameworks.tensorflow.fingerprint import (
@@ -49,6 +50,15 @@ from divergence.frameworks.tensorflow.table import (
     ProbeTable,
     own_variable,
 )
+from divergence.frameworks.tensorflow.values import (
+    Pending,
+    raw_variable,
+    read_variable,
+    resolve_pending,
+    symbolic,
+    tensors_of,
+    to_host,
+)
 from divergence.record.rng import host_rng_fingerprints
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import MAX_DIMS, Kind, Phase
@@ -59,42 +69,13 @@ XLA_NOTE = (
     "fuse differently than without them (the tests found equal final weights for the sample "
     "models); --dump copies go through variables (no py_function)"
 )
-BIT_VIEWS = {1: tf.uint8, 2: tf.uint16, 4: tf.uint32, 8: tf.uint64}
 
 
-class Pending:
-    """An eager word sum not yet copied to the host, with the header seed to finish it."""
-
-    __slots__ = ("seed", "total")
-
-    def __init__(self, total: tf.Tensor, seed: int) -> None:
-        self.total, self.seed = total, seed
-
-
-def tensors_of(value: object) -> list[tf.Tensor]:
-    """The dense tensors in a nest, in ``tf.nest`` order (dict keys sorted)."""
-    return [x for x in tf.nest.flatten(value) if isinstance(x, tf.Tensor)]
-
-
-def to_host(t: tf.Tensor) -> tuple[np.ndarray, str]:
-    """A host copy for a dump; dtypes numpy lacks (bfloat16, float8) are stored as bit views."""
-    name = dtype_name(t.dtype)
-    if t.dtype == tf.bfloat16 or name.startswith("float8"):
-        t = tf.bitcast(t, BIT_VIEWS[t.dtype.size])
-    return np.array(t), name
-
-
-def raw_variable(variable: Any) -> Any:
-    """The ``tf.Variable`` behind a Keras variable (its ``.value`` may autocast)."""
-    inner = getattr(variable, "_value", None)
-    return inner if isinstance(inner, tf.Variable) else variable
-
-
-class KerasRecorder:
+class KerasRecorder(Instrumentation):
     """Owns every patch; :meth:`remove` undoes them in reverse order."""
 
     def __init__(self, session: Session) -> None:
-        self.session = session
+        super().__init__(session)
         self.table = ProbeTable()
         self.stack: list[str] = []
         self.depth = 0  # nesting of tf.function calls
@@ -106,61 +87,34 @@ class KerasRecorder:
         self.eager_cache: dict[Any, Fingerprint] = {}
         self.dump_variables: dict[tuple[Any, ...], Any] = {}
         self.notes: list[str] = []
-        self.undo: list[Callable[[], None]] = []
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
-        s = self.session
-        self._patch(polymorphic_function.Function, "__call__", self._wrap_function_call)
-        self._patch(backprop.GradientTape, "gradient", self._wrap_gradient)
-        self._patch(tf.random, "set_seed", self._wrap_set_seed)
+        self.patch(polymorphic_function.Function, "__call__", self._wrap_function_call)
+        self.patch(backprop.GradientTape, "gradient", self._wrap_gradient)
+        self.patch(tf.random, "set_seed", self._wrap_set_seed)
         for module, patch in (
             ("keras.src.layers.layer", self._patch_layer),
             ("keras.src.optimizers.base_optimizer", self._patch_optimizer),
             ("keras.src.backend.tensorflow.trainer", self._patch_trainer),
         ):
-            self.undo.append(when_imported(module, self._guard(patch)))
-        provider = functools.partial(tf_metadata, self.notes)
-        s.on_step_start.append(self.at_step_start)
-        s.metadata_providers.append(provider)
-        s.probe_handlers.insert(0, self.probe)
-        s.resolvers[Pending] = resolve_pending
-        self.undo.append(lambda: s.resolvers.__delitem__(Pending))
-        self.undo.append(lambda: s.on_step_start.remove(self.at_step_start))
-        self.undo.append(lambda: s.metadata_providers.remove(provider))
-        self.undo.append(lambda: s.probe_handlers.remove(self.probe))
+            self.undo.append(when_imported(module, self.guard(patch)))
+        self.register(
+            step_start=self.at_step_start,
+            metadata=functools.partial(tf_metadata, self.notes),
+            probe=self.probe,
+            pending=(Pending, resolve_pending),
+        )
         return self.remove
 
-    def remove(self) -> None:
-        while self.undo:
-            self.undo.pop()()
-
-    def _patch(self, owner: Any, attr: str, wrapper: Callable[[Callable[..., Any]], Any]) -> None:
-        original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
-        setattr(owner, attr, wrapper(original))
-        self.undo.append(lambda: setattr(owner, attr, original))
-
     def _patch_layer(self, module: ModuleType) -> None:
-        self._patch(module.Layer, "__call__", self._wrap_layer_call)
+        self.patch(module.Layer, "__call__", self._wrap_layer_call)
 
     def _patch_optimizer(self, module: ModuleType) -> None:
-        self._patch(module.BaseOptimizer, "apply", self._wrap_apply)
+        self.patch(module.BaseOptimizer, "apply", self._wrap_apply)
 
     def _patch_trainer(self, module: ModuleType) -> None:
-        self._patch(module.TensorFlowTrainer, "fit", self._wrap_fit)
-
-    def _guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
-        """A recorder bug must not kill the training: say it once and stop recording."""
-
-        @functools.wraps(hook)
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return hook(*args, **kwargs)
-            except Exception as exc:
-                self.session.fail(f"{hook.__name__}: {type(exc).__name__}: {exc}")
-                return None
-
-        return guarded
+        self.patch(module.TensorFlowTrainer, "fit", self._wrap_fit)
 
     def note(self, text: str) -> None:
         """A fact about this run's recording, kept in the run metadata (``meta["notes"]``)."""
@@ -230,14 +184,14 @@ class KerasRecorder:
         @functools.wraps(original)
         def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:
             mode = recorder.mode()
-            if mode is None or _symbolic(args, kwargs):
+            if mode is None or symbolic(args, kwargs):
                 return original(layer, *args, **kwargs)
             name = recorder.enter(layer, mode, args, kwargs)
             try:
                 outputs = original(layer, *args, **kwargs)
             finally:
                 recorder.stack.pop()
-            recorder._guard(recorder.leave)(layer, name, mode, outputs)
+            recorder.guard(recorder.leave)(layer, name, mode, outputs)
             return outputs
 
         return __call__
@@ -251,7 +205,7 @@ class KerasRecorder:
             self.session.fail(f"naming {type(layer).__name__}: {type(exc).__name__}: {exc}")
             name = type(layer).__name__
         self.stack.append(name)
-        self._guard(self._record_inputs)(name, root, mode, args, kwargs)
+        self.guard(self._record_inputs)(name, root, mode, args, kwargs)
         return name
 
     def _record_inputs(
@@ -340,7 +294,7 @@ class KerasRecorder:
         def gradient(tape: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
             mode = recorder.mode()
             if mode is not None:
-                recorder._guard(recorder.record_loss)(mode, target)
+                recorder.guard(recorder.record_loss)(mode, target)
             return original(tape, target, *args, **kwargs)
 
         return gradient
@@ -364,9 +318,9 @@ class KerasRecorder:
             )  # fmt: skip
             recorder.in_apply = True
             try:
-                recorder._guard(recorder.before_apply)(mode, grads, variables)
+                recorder.guard(recorder.before_apply)(mode, grads, variables)
                 result = original(optimizer, grads, trainable_variables)
-                recorder._guard(recorder.after_apply)(mode, optimizer, variables)
+                recorder.guard(recorder.after_apply)(mode, optimizer, variables)
             finally:
                 recorder.in_apply = False
             return result
@@ -397,10 +351,14 @@ class KerasRecorder:
             slots = naming.optimizer_slots(optimizer, variables)
             for variable in variables:
                 name = self.var_name(variable)
-                self.record(mode, Phase.OPTIMIZER, Kind.PARAM, name, [_read(variable)])
+                self.record(mode, Phase.OPTIMIZER, Kind.PARAM, name, [read_variable(variable)])
                 for label, slot in slots.get(id(variable), []):
                     self.record(
-                        mode, Phase.OPTIMIZER, Kind.OPTIM_STATE, f"{name}/{label}", [_read(slot)]
+                        mode,
+                        Phase.OPTIMIZER,
+                        Kind.OPTIM_STATE,
+                        f"{name}/{label}",
+                        [read_variable(slot)],
                     )
             self._record_buffers(mode, {id(v) for v in variables})
         if mode == EAGER:
@@ -415,7 +373,7 @@ class KerasRecorder:
             for variable in getattr(root, "non_trainable_variables", None) or []:
                 if id(variable) not in trained:
                     name = self.var_name(variable)
-                    self.record(mode, Phase.OPTIMIZER, Kind.BUFFER, name, [_read(variable)])
+                    self.record(mode, Phase.OPTIMIZER, Kind.BUFFER, name, [read_variable(variable)])
 
     # --- tf.function calls: step start and the table read -----------------------------------
     def _wrap_function_call(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -427,14 +385,14 @@ class KerasRecorder:
             if getattr(function, "_jit_compile", False):
                 recorder.note(XLA_NOTE)
             if outer:
-                recorder._guard(recorder.session.begin_event)()
+                recorder.guard(recorder.session.begin_event)()
             recorder.depth += 1
             try:
                 return original(function, *args, **kwargs)
             finally:
                 recorder.depth -= 1
                 if outer:
-                    recorder._guard(recorder.drain)()
+                    recorder.guard(recorder.drain)()
 
         return __call__
 
@@ -467,7 +425,7 @@ class KerasRecorder:
 
         @functools.wraps(original)
         def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
-            recorder._guard(recorder.before_fit)(model)
+            recorder.guard(recorder.before_fit)(model)
             return original(model, *args, **kwargs)
 
         return fit
@@ -509,23 +467,3 @@ class KerasRecorder:
             return False
         self.record(mode, Phase.FORWARD, Kind.PROBE, name, tensors)
         return True
-
-
-def _read(variable: Any) -> tf.Tensor:
-    return tf.convert_to_tensor(raw_variable(variable))
-
-
-def _symbolic(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Keras functional construction: layers called on KerasTensors (nothing runs)."""
-    from keras import KerasTensor
-
-    return any(isinstance(x, KerasTensor) for x in tf.nest.flatten((args, kwargs)))
-
-
-def resolve_pending(values: list[object]) -> list[int]:
-    """One host copy for a step's eager word sums."""
-    totals = tf.stack([v.total for v in values]).numpy()  # type: ignore[attr-defined]
-    return [
-        smix64_finish(int(total) & ((1 << 64) - 1), v.seed)  # type: ignore[attr-defined]
-        for v, total in zip(values, totals, strict=True)
-    ]

@@ -1,0 +1,76 @@
+"""What every framework adapter shares: patches and registrations undone in reverse order, and a
+guard that turns a recorder bug into a stopped recording instead of a crashed training.
+
+>>> import types
+>>> target = types.SimpleNamespace(f=lambda: 1)
+>>> adapter = Instrumentation(session=None)  # type: ignore[arg-type]
+>>> adapter.patch(target, "f", lambda original: lambda: original() + 1)
+>>> target.f()
+2
+>>> adapter.remove(); target.f()
+1
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from divergence.record.session import Session
+
+
+class Instrumentation:
+    """Base of the torch and tensorflow recorders."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.undo: list[Callable[[], None]] = []
+
+    def remove(self) -> None:
+        """Undo every patch and registration, last first."""
+        while self.undo:
+            self.undo.pop()()
+
+    def patch(self, owner: Any, attr: str, wrapper: Callable[[Callable[..., Any]], Any]) -> None:
+        """Replace ``owner.attr`` by ``wrapper(original)`` until :meth:`remove`. On a class the
+        raw attribute is taken from its ``__dict__``, so staticmethods stay what they were."""
+        own = isinstance(owner, type) and attr in owner.__dict__
+        original = owner.__dict__[attr] if own else getattr(owner, attr)
+        setattr(owner, attr, wrapper(original))
+        self.undo.append(lambda: setattr(owner, attr, original))
+
+    def register(
+        self,
+        *,
+        step_start: Callable[[Session], None],
+        metadata: Callable[[], dict[str, Any]],
+        probe: Callable[[Session, object, str], bool],
+        pending: tuple[type, Callable[[list[object]], list[int]]] | None = None,
+    ) -> None:
+        """Join the session: step-start records, metadata, ``divergence.probe`` and a resolver
+        for the framework's pending device fingerprints."""
+        s = self.session
+        s.on_step_start.append(step_start)
+        s.metadata_providers.append(metadata)
+        s.probe_handlers.insert(0, probe)
+        self.undo.append(lambda: s.on_step_start.remove(step_start))
+        self.undo.append(lambda: s.metadata_providers.remove(metadata))
+        self.undo.append(lambda: s.probe_handlers.remove(probe))
+        if pending is not None:
+            kind, resolve = pending
+            s.resolvers[kind] = resolve
+            self.undo.append(lambda: s.resolvers.__delitem__(kind))
+
+    def guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """``hook`` that, on a recorder bug, says so once and stops recording (returns None)."""
+
+        @functools.wraps(hook)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return hook(*args, **kwargs)
+            except Exception as exc:
+                self.session.fail(f"{hook.__name__}: {type(exc).__name__}: {exc}")
+                return None
+
+        return guarded
