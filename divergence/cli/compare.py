@@ -10,7 +10,7 @@ import json
 
 import click
 
-from divergence.errors import ExitCode
+from divergence.errors import ExitCode, UsageError
 
 
 @click.command(help=__doc__)
@@ -21,10 +21,18 @@ from divergence.errors import ExitCode
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; only the exit status.")
 @click.option("--width", type=int, default=None, help="Report width (default: the terminal's).")
-def compare(run_a: str, run_b: str, as_json: bool, quiet: bool, width: int | None) -> int:
+@click.option(
+    "--ranks",
+    default=None,
+    metavar="R,R,...",
+    help="Compare only these ranks (also when the runs' world sizes differ).",
+)
+def compare(
+    run_a: str, run_b: str, as_json: bool, quiet: bool, width: int | None, ranks: str | None
+) -> int:
     from divergence.compare.engine import compare_runs
 
-    comparison = compare_runs(run_a, run_b)
+    comparison = compare_runs(run_a, run_b, ranks=parse_ranks(ranks))
     code = ExitCode.IDENTICAL if comparison.identical else ExitCode.DIVERGED
     if quiet:
         return int(code)
@@ -40,3 +48,17 @@ def compare(run_a: str, run_b: str, as_json: bool, quiet: bool, width: int | Non
         console = Console(width=width or min(Console().width, WIDTH), highlight=False)
         console.print(ComparisonReport(comparison))
     return int(code)
+
+
+def parse_ranks(text: str | None) -> list[int] | None:
+    """``"0,1"`` -> ``[0, 1]``; ``"0-3"`` -> ``[0, 1, 2, 3]``; None stays None."""
+    if text is None:
+        return None
+    ranks: list[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.strip().partition("-")
+            ranks.extend(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise UsageError(f"--ranks {text}: expected ranks like 0,1 or 0-3") from None
+    return ranks

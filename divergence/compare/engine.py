@@ -10,13 +10,13 @@ difference is a *structure* divergence; a run that ends first is a *length* dive
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from divergence.compare.environment import environment_differences
-from divergence.compare.explain import classify, explain_origin
+from divergence.compare.explain import explain_origin
 from divergence.compare.model import Comparison, Divergence, Probe, ProcessComparison, Propagation
 from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
@@ -25,22 +25,13 @@ from divergence.store.run import Process, Run
 from divergence.store.schema import Kind, Phase, parse_shape
 
 
-def compare_runs(path_a: str | Path, path_b: str | Path) -> Comparison:
-    run_a, run_b = Run.open(path_a), Run.open(path_b)
-    pairs = pair_processes(run_a, run_b)
-    comparisons, files = [], []
-    for key, process_a, process_b in pairs:
-        file_a, file_b = process_a.load(), process_b.load()
-        files.append((file_a, file_b))
-        comparisons.append(compare_files(key, file_a, file_b))
-    environment = environment_differences(files[0][0].meta, files[0][1].meta)
-    _refuse_different_programs(files[0][0], files[0][1])
-    comparison = Comparison(run_a.path, run_b.path, environment, comparisons)
-    for process in comparisons:
-        if process.first is not None:
-            process.first.cause, process.first.cause_text = classify(process.first, environment)
-    comparison.notes.extend(_completeness_notes(comparisons) + _failure_notes(files))
-    return comparison
+def compare_runs(
+    path_a: str | Path, path_b: str | Path, *, ranks: Sequence[int] | None = None
+) -> Comparison:
+    """Pair the runs' processes (by rank) and compare them one pair at a time (compare.ranks)."""
+    from divergence.compare.ranks import compare_ranks
+
+    return compare_ranks(path_a, path_b, ranks)
 
 
 def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]:

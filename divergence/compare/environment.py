@@ -13,6 +13,7 @@ from divergence.compare.model import EnvDifference
 # Per-process facts that differ between any two runs and say nothing about bits.
 IGNORED = frozenset(
     {"host", "pid", "cwd", "start_time", "command", "diverge_version", "record_config.output"}
+    | {"env.MASTER_PORT", "env.MASTER_ADDR"}  # torchrun --standalone picks a free port per run
 )
 
 

@@ -71,6 +71,7 @@ class Session:
         self.writer: RunFileWriter | None = None
         self.records_written = 0
         self.seeds: list[dict[str, Any]] = []
+        self.rank: int | None = None  # the process group's rank, set by a framework adapter
         self.failure = ""
         self._start_time = time.time()
         self._reset_buffer()
@@ -258,7 +259,8 @@ class Session:
     # --- files ----------------------------------------------------------------------------
     def _file_path(self) -> Path:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        rank, pid = os.environ.get("RANK"), os.getpid()
+        # RANK from a launcher (torchrun), else the rank the process group was given (spawn)
+        rank, pid = os.environ.get("RANK", self.rank), os.getpid()
         if rank is None:
             return self.run_dir / f"pid{pid}.h5"
         path = self.run_dir / f"rank{rank}.h5"

@@ -23,6 +23,8 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "first_divergence": divergence_json(first) if first else None,
         "environment_differences": [asdict(e) for e in comparison.environment],
         "processes": [process_json(p) for p in comparison.processes],
+        "ranks": comparison.ranks,  # role -> process keys (multi-process runs)
+        "picture": comparison.picture,
         "notes": comparison.notes,
     }
 
@@ -68,4 +70,6 @@ def process_json(p: ProcessComparison) -> dict[str, Any]:
         "complete_b": p.complete_b,
         "first_divergence": divergence_json(p.first) if p.first else None,
         "propagation": asdict(p.propagation) if p.propagation else None,
+        "role": p.role,
+        "role_text": p.role_text,
     }

@@ -29,6 +29,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader
 
+from divergence.frameworks.torch import distributed
 from divergence.frameworks.torch.fingerprint import (
     PendingSum,
     fingerprint_tensor,
@@ -88,6 +89,7 @@ class TorchRecorder:
         s.metadata_providers.append(torch_metadata)
         s.probe_handlers.insert(0, self.probe)
         s.resolvers[PendingSum] = resolve_pending
+        self.undo.append(distributed.install(s))  # collectives, DDP buckets, rank metadata
         self.undo.append(lambda: s.on_step_start.remove(self.at_step_start))
         self.undo.append(lambda: s.probe_handlers.remove(self.probe))
         return self.remove

@@ -1,0 +1,300 @@
+"""Compare runs of several processes: pair ranks, one pair in memory at a time, place each rank.
+
+Each rank's first divergence is found in its own execution order (engine.compare_files); the
+report leads with the globally earliest one (by step, then phase). Then every rank gets a role:
+
+* ``diverged first``: its first difference arose on the rank itself (a forward, backward, data
+  or optimizer record, or the inputs it sent to a collective);
+* ``followed``: its first difference is a collective's output while everything before it on the
+  rank matched (its own inputs included), and another rank diverged locally no later: it
+  received the difference through communication;
+* ``communication``: a collective's output differs although no rank diverged before it: the
+  inputs matched everywhere and the reduction itself gave other bits (reduction order);
+* ``incomplete``: the rank's file is missing, unreadable, or ended early (a killed rank);
+* ``identical``.
+
+Only one pair of run files is loaded at a time and only summaries are kept, so the memory does
+not grow with the number of ranks.
+
+>>> rank_ranges(["rank0", "rank1", "rank2", "rank5"])
+'rank0-rank2, rank5'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from divergence.compare.engine import (
+    _completeness_notes,
+    _failure_notes,
+    _refuse_different_programs,
+    compare_files,
+    pair_processes,
+)
+from divergence.compare.environment import environment_differences
+from divergence.compare.explain import classify
+from divergence.compare.model import Comparison, Divergence, ProcessComparison
+from divergence.errors import CorruptRunError, IncomparableRunsError, UsageError
+from divergence.store.reader import RunFile, read_meta
+from divergence.store.run import Process, Run
+from divergence.store.schema import Kind
+
+FIRST, FOLLOWED, COMMUNICATION = "diverged first", "followed", "communication"
+INCOMPLETE, IDENTICAL = "incomplete", "identical"
+ROLES = (FIRST, FOLLOWED, COMMUNICATION, INCOMPLETE, IDENTICAL)
+LISTED = 8  # ranks named per role in the picture; the rest are counted
+
+Pair = tuple[str, Process | None, Process | None]
+
+
+def compare_ranks(
+    path_a: str | Path, path_b: str | Path, ranks: Sequence[int] | None = None
+) -> Comparison:
+    """Compare two runs process by process (``ranks``: only these ranks)."""
+    run_a, run_b = Run.open(path_a), Run.open(path_b)
+    comparison = Comparison(run_a.path, run_b.path, [], [])
+    pairs = pair_ranks(run_a, run_b, ranks)
+    tolerant = len(pairs) > 1 or ranks is not None  # one bad rank must not hide the others
+    for key, process_a, process_b in pairs:
+        comparison.processes.append(_compare_pair(comparison, key, process_a, process_b, tolerant))
+    comparison.notes[:0] = _completeness_notes(comparison.processes)
+    if len(comparison.processes) > 1:
+        place_ranks(comparison)
+    return comparison
+
+
+# --- pairing ------------------------------------------------------------------------------
+def world_size(run: Run) -> int | None:
+    """The recorded world size (metadata of the first readable rank file), if any."""
+    for process in run.processes:
+        if process.rank is None:
+            continue
+        try:
+            meta = read_meta(process.path)
+        except Exception:  # a damaged file: ask the next rank
+            continue
+        size = (meta.get("distributed") or {}).get("world_size") or meta.get("env", {}).get(
+            "WORLD_SIZE"
+        )
+        if size is not None:
+            return int(size)
+    return None
+
+
+def pair_ranks(run_a: Run, run_b: Run, ranks: Sequence[int] | None) -> list[Pair]:
+    """Pairs by rank; a rank file missing in one run pairs with None. Different world sizes are
+    refused unless ``ranks`` picks the ranks to compare."""
+    ranked = any(p.rank is not None for p in run_a.processes + run_b.processes)
+    if not ranked:
+        if ranks is not None:
+            raise UsageError("--ranks needs runs recorded with ranks (torchrun, spawn with DDP)")
+        return list(pair_processes(run_a, run_b))
+    size_a, size_b = world_size(run_a), world_size(run_b)
+    if ranks is None and size_a != size_b:
+        raise IncomparableRunsError(
+            f"{run_a.path} ran with world size {size_a} but {run_b.path} with {size_b}: "
+            "reductions and data shards differ by construction",
+            hint="compare runs with the same number of ranks, or pick ranks with --ranks 0,1",
+        )
+    a, b = run_a.by_key(), run_b.by_key()
+    keys = set(a) | set(b) | {f"rank{r}" for r in range(max(size_a or 0, size_b or 0))}
+    if ranks is not None:
+        wanted = {f"rank{r}" for r in ranks}
+        unknown = sorted(wanted - keys)
+        if unknown:
+            raise UsageError(f"no {', '.join(unknown)} in {run_a.path} or {run_b.path}")
+        keys = {k for k in keys if k in wanted or k.split("-")[0] in wanted}
+    return [(k, a.get(k), b.get(k)) for k in sorted(keys, key=_rank_order)]
+
+
+def _rank_order(key: str) -> tuple[int, str]:
+    digits = "".join(c for c in key.split("-")[0] if c.isdigit())
+    return (int(digits) if digits else -1, key)
+
+
+# --- one pair -----------------------------------------------------------------------------
+def _compare_pair(
+    comparison: Comparison,
+    key: str,
+    process_a: Process | None,
+    process_b: Process | None,
+    tolerant: bool,
+) -> ProcessComparison:
+    file_a = _load(comparison, key, "A", process_a, tolerant)
+    file_b = _load(comparison, key, "B", process_b, tolerant)
+    if file_a is None or file_b is None:
+        return _unpaired(key, process_a, process_b, file_a, file_b)
+    environment = environment_differences(file_a.meta, file_b.meta)
+    if not comparison.processes:
+        _refuse_different_programs(file_a, file_b)
+    known = {e.key for e in comparison.environment}
+    comparison.environment.extend(e for e in environment if e.key not in known)
+    result = compare_files(key, file_a, file_b)
+    first = result.first
+    if first is not None:
+        if first.reason == "value" and first.kind in (
+            Kind.COLLECTIVE_IN.label,
+            Kind.COLLECTIVE_OUT.label,
+        ):
+            explain_collective(first, file_a)
+        first.cause, first.cause_text = classify(first, environment)
+    comparison.notes.extend(_failure_notes([(file_a, file_b)]))
+    return result  # the files go out of scope here: one pair in memory at a time
+
+
+def _load(
+    comparison: Comparison, key: str, which: str, process: Process | None, tolerant: bool
+) -> RunFile | None:
+    if process is None:
+        return None
+    try:
+        return process.load()
+    except CorruptRunError as exc:
+        if not tolerant:
+            raise
+        comparison.notes.append(f"run {which} {key}: {exc.message}")
+        return None
+
+
+def _unpaired(
+    key: str,
+    process_a: Process | None,
+    process_b: Process | None,
+    file_a: RunFile | None,
+    file_b: RunFile | None,
+) -> ProcessComparison:
+    """A rank with no readable file in one run (killed before its first step, or damaged)."""
+    which = "A" if file_a is None else "B"
+    state = "has no file" if (process_a if which == "A" else process_b) is None else "unreadable"
+    first = Divergence("length", key, 0, "marker", "step_end", "", 0)
+    first.origin_text = f"run {which} {state} for {key} (killed before its first step, or damaged)"
+    first.cause, first.cause_text = "length", "the rank recorded nothing readable in one run"
+    path_a = process_a.path if process_a else Path("-")
+    path_b = process_b.path if process_b else Path("-")
+    return ProcessComparison(
+        process=key,
+        path_a=path_a,
+        path_b=path_b,
+        records_compared=0,
+        steps_a=file_a.steps_complete if file_a else 0,
+        steps_b=file_b.steps_complete if file_b else 0,
+        complete_a=file_a is not None and file_a.complete,
+        complete_b=file_b is not None and file_b.complete,
+        first=first,
+        propagation=None,
+    )
+
+
+def explain_collective(divergence: Divergence, run: RunFile) -> None:
+    """Where a first difference at a collective arose (every earlier record of the rank
+    matched, so a differing output had matching inputs on this rank)."""
+    name = f"`{divergence.location}`"
+    if divergence.kind == Kind.COLLECTIVE_IN.label:
+        divergence.origin = True
+        divergence.origin_text = (
+            f"on this rank before communication: the inputs it passed to {name} differ"
+        )
+        return
+    records = run.records
+    row = divergence.a.row if divergence.a is not None else 0
+    same = (records["step"][:row] == divergence.step) & (
+        records["kind"][:row] == Kind.COLLECTIVE_IN
+    )
+    names = records["name"][:row][same]
+    inputs = [i for i, n in enumerate(names) if run.strings[n] == divergence.location]
+    if inputs:
+        divergence.matched_inputs = [
+            f"{name} collective in{f' {slot}' if slot else ''}" for slot in range(len(inputs))
+        ]
+    divergence.origin_text = (
+        f"in the communication of {name}: this rank's inputs matched, the result did not"
+    )
+
+
+# --- the per-rank picture -----------------------------------------------------------------
+def place_ranks(comparison: Comparison) -> None:
+    """Give every rank its role and write the picture (see the module docstring)."""
+    local = [
+        p.first
+        for p in comparison.processes
+        if p.first is not None and p.first.reason != "length" and not _received(p.first)
+    ]
+    earliest_local = min((d.sort_key for d in local), default=None)
+    origins = [d.process for d in local if d.sort_key == earliest_local]
+    for p in comparison.processes:
+        p.role, p.role_text = _role(p, earliest_local, origins)
+        comparison.ranks.setdefault(p.role, []).append(p.process)
+    comparison.picture = [
+        _picture_line(comparison, role) for role in ROLES if role in comparison.ranks
+    ]
+
+
+def _received(d: Divergence) -> bool:
+    return d.reason == "value" and d.kind == Kind.COLLECTIVE_OUT.label
+
+
+def _role(
+    p: ProcessComparison, earliest_local: tuple[int, int] | None, origins: list[str]
+) -> tuple[str, str]:
+    d = p.first
+    if d is None:
+        return (IDENTICAL, "") if p.complete_a and p.complete_b else (INCOMPLETE, _ended(p))
+    where = f"step {d.step}, {d.phase}: {d.kind.replace('_', ' ')} of {d.location}"
+    if d.reason == "length":
+        return INCOMPLETE, _ended(p) or d.origin_text
+    if not _received(d):
+        return FIRST, where
+    if earliest_local is not None and earliest_local <= d.sort_key:
+        d.origin, d.cause = False, "propagated"
+        d.origin_text = (
+            f"received through `{d.location}`: this rank's inputs matched; "
+            f"{', '.join(origins)} diverged first"
+        )
+        d.cause_text = (
+            f"{', '.join(origins)} diverged locally first; this rank only received the "
+            f"difference through `{d.location}`. Fix: look at {origins[0]}'s divergence"
+        )
+        return FOLLOWED, f"{where} (received from {', '.join(origins)})"
+    d.origin = True
+    d.origin_text = (
+        f"in the communication of `{d.location}`: every rank's inputs matched, the reduced "
+        "result differs"
+    )
+    return COMMUNICATION, where
+
+
+def _ended(p: ProcessComparison) -> str:
+    states = [
+        f"run {which} {'complete' if complete else 'incomplete'} after {steps} steps"
+        for which, complete, steps in (
+            ("A", p.complete_a, p.steps_a),
+            ("B", p.complete_b, p.steps_b),
+        )
+    ]
+    return "; ".join(states) if not (p.complete_a and p.complete_b) else ""
+
+
+def _picture_line(comparison: Comparison, role: str) -> str:
+    keys = comparison.ranks[role]
+    if role == IDENTICAL:
+        return f"identical: {rank_ranges(keys)}"
+    details = {p.process: p.role_text for p in comparison.processes}
+    named = [f"{k} ({details[k]})" if details.get(k) else k for k in keys[:LISTED]]
+    more = f", and {len(keys) - LISTED} more" if len(keys) > LISTED else ""
+    return f"{role}: {'; '.join(named)}{more}"
+
+
+def rank_ranges(keys: Sequence[str]) -> str:
+    """``rank0, rank1, rank2, rank5`` as ``rank0-rank2, rank5`` (1000 ranks fit a line)."""
+    numbers = sorted(int(k[4:]) for k in keys if k.startswith("rank") and k[4:].isdigit())
+    others = [k for k in keys if not (k.startswith("rank") and k[4:].isdigit())]
+    spans: list[str] = []
+    i = 0
+    while i < len(numbers):
+        j = i
+        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
+            j += 1
+        spans.append(f"rank{numbers[i]}" if i == j else f"rank{numbers[i]}-rank{numbers[j]}")
+        i = j + 1
+    return ", ".join(spans + others)

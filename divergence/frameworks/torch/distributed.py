@@ -1,0 +1,378 @@
+"""torch.distributed probes: collectives' inputs and outputs, DDP gradient buckets, rank metadata.
+
+Installed from the torch adapter (``install(session)``); it only wraps Python entry points, so
+the communication pattern is the user's own: no extra collective, no barrier, no broadcast.
+
+* ``all_reduce``, ``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``reduce_scatter``
+  and ``reduce_scatter_tensor`` record their inputs (``collective_in``) before the call and their
+  outputs (``collective_out``) once the work is complete: at return for a synchronous call, at
+  ``Work.wait()`` for ``async_op=True`` (or, if never waited in Python, before the next
+  ``optimizer.step()``). Names carry a per-step call counter: ``all_reduce#0``, ``all_reduce#1``.
+* DDP gradient buckets: a communication hook that wraps DDP's default ``allreduce_hook`` (or the
+  user's own hook) records each bucket's flat local gradients (``collective_in``) and the reduced
+  result (``collective_out``) as ``ddp.bucket<i>``; the results are written when ``backward()``
+  returns, in bucket order, whatever thread completed them.
+* Metadata ``distributed``: backend, world size, rank, local rank, the ``init_process_group``
+  settings and the DDP hooks; kept after ``destroy_process_group`` for the file's closing refresh.
+
+>>> # install(session) -> a function that removes every patch
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
+from divergence.record.session import Session
+from divergence.store.schema import Kind, Phase
+
+# op -> (argument holding the inputs, argument holding the outputs)
+COLLECTIVES = {
+    "all_reduce": ("tensor", "tensor"),
+    "broadcast": ("tensor", "tensor"),
+    "all_gather": ("tensor", "tensor_list"),
+    "all_gather_into_tensor": ("input_tensor", "output_tensor"),
+    "reduce_scatter": ("input_list", "output"),
+    "reduce_scatter_tensor": ("input", "output"),
+}
+DDP_HOOK = "diverge"  # how a wrapped comm hook is named in the metadata
+
+
+def _tensors(value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+class DistributedProbes:
+    """Owns the torch.distributed patches of one session; :meth:`remove` undoes them."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.calls: dict[str, int] = {}  # op -> calls in this step (names are op#count)
+        self.waiting: dict[int, tuple[object, str, list[torch.Tensor]]] = {}  # id(work) ->
+        self.buckets: list[tuple[int, str, torch.Tensor]] = []  # (seq, name, reduced) to write
+        self.bucket_seq = 0
+        self.in_bucket_hook = False  # the hook's own all_reduce is recorded as the bucket
+        self.lock = threading.Lock()
+        self.hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        self.info: dict[str, Any] = {}
+        self.undo: list[Callable[[], None]] = []
+
+    # --- installation ---------------------------------------------------------------------
+    def install(self) -> Callable[[], None]:
+        c10d = dist.distributed_c10d
+        for op in COLLECTIVES:
+            original = getattr(c10d, op)
+            wrapped = self._wrap_collective(op, original)
+            for owner in (dist, c10d):
+                if getattr(owner, op, None) is original:
+                    self._patch(owner, op, _constant(wrapped))
+        self._patch(c10d, "init_process_group", self._wrap_init)
+        self._patch(dist, "init_process_group", _constant(c10d.init_process_group))
+        self._patch(c10d, "destroy_process_group", self._wrap_destroy)
+        self._patch(dist, "destroy_process_group", _constant(c10d.destroy_process_group))
+        self._patch(c10d.Work, "wait", self._wrap_wait)
+        self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._install_ddp()
+        self.undo.append(register_optimizer_step_pre_hook(self._before_step).remove)
+        s = self.session
+        s.on_step_start.append(self._at_step_start)
+        s.metadata_providers.append(self.metadata)
+        self.undo.append(lambda: s.on_step_start.remove(self._at_step_start))
+        self.undo.append(lambda: s.metadata_providers.remove(self.metadata))
+        return self.remove
+
+    def _install_ddp(self) -> None:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self._patch(DDP, "forward", self._wrap_ddp_forward)
+        self._patch(DDP, "register_comm_hook", self._wrap_register_comm_hook)
+        self._patch(DDP, "_register_builtin_comm_hook", self._wrap_builtin_hook)
+
+    def remove(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+    def _patch(self, owner: Any, attr: str, wrapper: Callable[[Any], Any]) -> None:
+        original = getattr(owner, attr)
+        setattr(owner, attr, wrapper(original))
+        self.undo.append(lambda: setattr(owner, attr, original))
+
+    def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A recorder bug must not kill the training: say it once and stop recording."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self.session.fail(f"{getattr(fn, '__name__', 'distributed')}: {exc!r}")
+            return None
+
+    # --- records --------------------------------------------------------------------------
+    def _add(self, kind: Kind, name: str, tensors: list[torch.Tensor]) -> None:
+        s = self.session
+        if not s.begin_event() or not s.wants(name):
+            return
+        for slot, t in enumerate(tensors):
+            dump = to_host(t) if s.wants_dump(name) else None
+            s.add(Phase.COMMUNICATION, kind, name, fingerprint_tensor(t), slot, dump=dump)
+
+    def _next_name(self, op: str) -> str:
+        count = self.calls.get(op, 0)
+        self.calls[op] = count + 1
+        return f"{op}#{count}"
+
+    def _at_step_start(self, session: Session) -> None:
+        self.calls.clear()
+
+    # --- collectives ----------------------------------------------------------------------
+    def _wrap_collective(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        source, target = COLLECTIVES[op]
+        probes = self
+
+        @functools.wraps(original)
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            call = probes._guarded(probes._before_collective, op, signature, args, kwargs, source)
+            result = original(*args, **kwargs)
+            if call is not None:
+                probes._guarded(probes._after_collective, call, target, result)
+            return result
+
+        return collective
+
+    def _before_collective(
+        self, op: str, signature: inspect.Signature, args: Any, kwargs: Any, source: str
+    ) -> tuple[str, inspect.BoundArguments] | None:
+        if self.in_bucket_hook or not self.session.begin_event():
+            return None
+        bound = signature.bind(*args, **kwargs)
+        name = self._next_name(op)
+        # A broadcast's input on a receiving rank is a buffer about to be overwritten (often
+        # uninitialised memory): only the source's input is data.
+        if op != "broadcast" or _is_broadcast_source(bound):
+            self._add(Kind.COLLECTIVE_IN, name, _tensors(bound.arguments.get(source)))
+        return name, bound
+
+    def _after_collective(
+        self, call: tuple[str, inspect.BoundArguments], target: str, result: object
+    ) -> None:
+        name, bound = call
+        outputs = _tensors(bound.arguments.get(target))
+        if result is None or not bound.arguments.get("async_op", False):
+            self._add(Kind.COLLECTIVE_OUT, name, outputs)
+        else:  # async: the outputs are only valid once the work is complete
+            with self.lock:
+                self.waiting[id(result)] = (result, name, outputs)
+
+    def _wrap_wait(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(original)
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            done = original(work, *args, **kwargs)
+            if probes.waiting:
+                probes._guarded(probes._completed, work)
+            return done
+
+        return wait
+
+    def _completed(self, work: object) -> None:
+        with self.lock:
+            entry = self.waiting.pop(id(work), None)
+        if entry is not None and entry[0] is work:
+            self._add(Kind.COLLECTIVE_OUT, entry[1], entry[2])
+
+    def _flush_waiting(self) -> None:
+        """Works never waited through Python (``get_future().wait()``): complete them in call
+        order before the step ends (waiting again on a finished work is a no-op)."""
+        with self.lock:
+            entries, self.waiting = list(self.waiting.values()), {}
+        for work, name, outputs in entries:
+            work.wait()  # type: ignore[attr-defined]
+            self._add(Kind.COLLECTIVE_OUT, name, outputs)
+
+    def _before_step(self, *_: Any) -> None:
+        self._guarded(self._flush_buckets)
+        if self.waiting:
+            self._guarded(self._flush_waiting)
+
+    # --- DDP buckets ----------------------------------------------------------------------
+    def _wrap_ddp_forward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(original)
+        def forward(ddp: Any, *args: Any, **kwargs: Any) -> Any:
+            if ddp not in probes.hooked:  # DDP allows one comm hook: take it at the last moment
+                probes._guarded(probes._hook_ddp, ddp)
+            return original(ddp, *args, **kwargs)
+
+        return forward
+
+    def _hook_ddp(self, ddp: Any) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        self.hooked.add(ddp)
+        if getattr(ddp, "_comm_hooks", None):
+            return  # registered before we were installed: leave it alone
+        # NB: the default hook divides each bucket by the world size and all-reduces it, as
+        # DDP's built-in path does (element-wise division, then the same sum): the same bits.
+        ddp.register_comm_hook(ddp.process_group, allreduce_hook)
+
+    def _wrap_register_comm_hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(original)
+        def register_comm_hook(ddp: Any, state: object, hook: Callable[..., Any]) -> Any:
+            probes.hooked.add(ddp)
+            wrapped = probes._bucket_hook(hook)
+            probes.info.setdefault("ddp_comm_hooks", []).append(hook.__qualname__)
+            return original(ddp, state, wrapped)
+
+        return register_comm_hook
+
+    def _wrap_builtin_hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(original)
+        def register_builtin(ddp: Any, hook_type: object) -> Any:
+            probes.hooked.add(ddp)  # a C++ hook: its buckets cannot be seen from Python
+            probes.info.setdefault("ddp_comm_hooks", []).append(f"{hook_type} (not probed)")
+            return original(ddp, hook_type)
+
+        return register_builtin
+
+    def _bucket_hook(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(hook)
+        def bucket_hook(state, bucket):  # no annotations: DDP checks them against its own
+            name = f"ddp.bucket{bucket.index()}"
+            probes._guarded(probes._add, Kind.COLLECTIVE_IN, name, [bucket.buffer()])
+            seq, probes.bucket_seq = probes.bucket_seq, probes.bucket_seq + 1
+            probes.in_bucket_hook = True
+            try:
+                future = hook(state, bucket)
+            finally:
+                probes.in_bucket_hook = False
+
+            def reduced(done: Any) -> Any:
+                value = done.value()
+                # runs on whichever thread completed the work: only remember it here
+                probes.buckets.append((seq, name, value))
+                return value
+
+            return future.then(reduced)
+
+        return bucket_hook
+
+    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if probes.buckets:  # DDP waited for every bucket before backward returned
+                probes._guarded(probes._flush_buckets)
+            return result
+
+        return backward
+
+    def _flush_buckets(self) -> None:
+        with self.lock:
+            done, self.buckets = sorted(self.buckets, key=lambda b: b[0]), []
+        for _, name, value in done:
+            self._add(Kind.COLLECTIVE_OUT, name, _tensors(value))
+
+    # --- metadata -------------------------------------------------------------------------
+    def _wrap_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(original)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            probes._guarded(probes._initialised, kwargs)
+            return result
+
+        return init_process_group
+
+    def _initialised(self, kwargs: dict[str, Any]) -> None:
+        settings = {k: _plain(v) for k, v in kwargs.items() if k not in ("init_method", "store")}
+        self.info["init_process_group"] = settings
+        self.session.rank = dist.get_rank()  # names the file rank<R>.h5 without RANK (spawn)
+        self.metadata()
+
+    def _wrap_destroy(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(original)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            probes._guarded(probes.metadata)  # keep what is known for the closing refresh
+            return original(*args, **kwargs)
+
+        return destroy_process_group
+
+    def metadata(self) -> dict[str, Any]:
+        """``{"distributed": {...}}`` once a process group existed (or a launcher set RANK)."""
+        if dist.is_initialized():
+            self.info.update(
+                backend=str(dist.get_backend()),
+                world_size=dist.get_world_size(),
+                rank=dist.get_rank(),
+            )
+        elif "world_size" not in self.info and "RANK" not in os.environ:
+            return {}
+        env = os.environ
+        self.info.setdefault("world_size", _int(env.get("WORLD_SIZE")))
+        self.info.setdefault("rank", _int(env.get("RANK")))
+        self.info["local_rank"] = _int(env.get("LOCAL_RANK"))
+        self.info["local_world_size"] = _int(env.get("LOCAL_WORLD_SIZE"))
+        self.info["launcher"] = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "other"
+        return {"distributed": dict(sorted(self.info.items()))}
+
+
+def _constant(value: object) -> Callable[[object], object]:
+    """A patch that installs ``value`` (already wrapped) in place of the original."""
+
+    def replace(original: object) -> object:
+        return value
+
+    return replace
+
+
+def _is_broadcast_source(bound: inspect.BoundArguments) -> bool:
+    group = bound.arguments.get("group")
+    group_src = bound.arguments.get("group_src")
+    if group_src is not None:
+        return bool(dist.get_rank(group) == group_src)
+    return bool(dist.get_rank() == bound.arguments.get("src"))
+
+
+def _plain(value: object) -> object:
+    """JSON-friendly settings: a timeout in seconds, everything else as text."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value if isinstance(value, (int, float, str, bool, type(None))) else repr(value)
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.lstrip("-").isdigit() else None
+
+
+def install(session: Session) -> Callable[[], None]:
+    """Probe torch.distributed for ``session`` (a no-op where torch lacks distributed)."""
+    if not dist.is_available():
+        return lambda: None
+    return DistributedProbes(session).install()

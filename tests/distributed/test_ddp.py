@@ -1,0 +1,208 @@
+"""Multi-process runs end to end: real torchrun / spawn jobs on the CPU gloo backend, recorded
+through the CLI and compared rank by rank. Every recording is made once per module (two at a
+time) and shared by the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from divergence.compare import ranks as ranks_module
+from divergence.store.reader import RunFile
+from divergence.store.schema import Kind
+from tests.conftest import ROOT, SCRIPTS, compare_json, run_cli
+
+TORCHRUN = [str(Path(sys.executable).with_name("torchrun")), "--standalone"]
+DDP = str(SCRIPTS / "ddp_train.py")
+# Under load gloo now and then aborts a rank at exit after the training finished (unrecorded
+# runs too); such a run is recorded again rather than failing a test of diverge.
+GLOO_ABORT = "terminate called without an active exception"
+RUNS = {  # name -> (command, expected exit status is zero)
+    "a": ([*TORCHRUN, "--nproc_per_node", "2", DDP], True),
+    "b": ([*TORCHRUN, "--nproc_per_node", "2", DDP], True),
+    "flip": (
+        [*TORCHRUN, "--nproc_per_node", "2", DDP, "--flip-rank", "1", "--flip-step", "2"],
+        True,
+    ),
+    "data1": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--unseeded-data"], True),
+    "data2": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--unseeded-data"], True),
+    "killed": (
+        [*TORCHRUN, "--nproc_per_node", "2", DDP, "--kill-rank", "1", "--kill-step", "2"],
+        False,
+    ),
+    "one_rank": ([*TORCHRUN, "--nproc_per_node", "1", DDP], True),
+    "spawn_a": ([sys.executable, str(SCRIPTS / "ddp_spawn.py")], True),
+    "spawn_b": ([sys.executable, str(SCRIPTS / "ddp_spawn.py")], True),
+    "plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP], True),  # not recorded
+}
+
+
+def _start(name: str, out: Path) -> subprocess.Popen[str]:
+    command, _ = RUNS[name]
+    if name != "plain":
+        command = [sys.executable, "-m", "divergence", "record", "-o", str(out), "--", *command]
+    return subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Record every run of :data:`RUNS`, two at a time (the machines have 2 cores)."""
+    base = tmp_path_factory.mktemp("ddp")
+    paths = {name: base / name for name in RUNS}
+    pending: list[str] = list(RUNS)
+    running: list[tuple[str, subprocess.Popen[str]]] = []
+    while pending or running:
+        while pending and len(running) < 2:
+            name = pending.pop(0)
+            running.append((name, _start(name, paths[name])))
+        name, process = running.pop(0)
+        stdout, stderr = process.communicate(timeout=180)
+        if GLOO_ABORT in stderr and RUNS[name][1]:  # gloo's own teardown race: record again
+            shutil.rmtree(paths[name], ignore_errors=True)
+            stdout, stderr = (process := _start(name, paths[name])).communicate(timeout=180)
+        assert (process.returncode == 0) == RUNS[name][1], (name, stderr[-3000:])
+        (base / f"{name}.stdout").write_text(stdout)
+    return paths
+
+
+def _final_params(runs: dict[str, Path], name: str) -> str:
+    text = (runs[name].parent / f"{name}.stdout").read_text()
+    return next(line for line in text.splitlines() if line.startswith("final-params"))
+
+
+def test_each_rank_has_its_file_with_distributed_metadata(runs: dict[str, Path]) -> None:
+    assert sorted(p.name for p in runs["a"].iterdir()) == ["rank0.h5", "rank1.h5"]
+    for rank in (0, 1):
+        file = RunFile.open(runs["a"] / f"rank{rank}.h5")
+        meta = file.meta["distributed"]
+        assert (meta["world_size"], meta["rank"], meta["local_rank"]) == (2, rank, rank)
+        assert meta["backend"] == "gloo" and meta["launcher"] == "torchrun"
+        assert meta["ddp_comm_hooks"] == ["allreduce_hook"]
+        names = {
+            (file.strings[r["name"]], Kind(r["kind"]).label)
+            for r in file.records
+            if r["kind"] in (Kind.COLLECTIVE_IN, Kind.COLLECTIVE_OUT)
+        }
+        assert {("ddp.bucket0", "collective_in"), ("ddp.bucket0", "collective_out")} <= names
+        assert {("all_reduce#0", "collective_in"), ("all_reduce#0", "collective_out")} <= names
+        # a broadcast's input is data only on its source rank
+        assert (("broadcast#0", "collective_in") in names) == (rank == 0)
+
+
+def test_same_settings_twice_are_identical(runs: dict[str, Path]) -> None:
+    result = run_cli("compare", str(runs["a"]), str(runs["b"]))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("IDENTICAL: ")
+    assert "identical: rank0-rank1" in result.stdout
+
+
+def test_recording_changes_no_bits(runs: dict[str, Path]) -> None:
+    assert _final_params(runs, "a") == _final_params(runs, "plain")
+
+
+def test_local_divergence_on_rank1_is_followed_by_rank0(runs: dict[str, Path]) -> None:
+    code, report = compare_json(runs["a"], runs["flip"])
+    first = report["first_divergence"]
+    assert code == 1 and (first["rank"], first["step"]) == ("rank1", 2)
+    assert first["phase"] != "communication" and first["origin"] is True
+    rank0, rank1 = report["processes"]
+    assert rank1["role"] == "diverged first"
+    assert rank0["role"] == "followed"
+    follow = rank0["first_divergence"]
+    assert (follow["step"], follow["kind"], follow["location"]) == (
+        2,
+        "collective_out",
+        "ddp.bucket0",
+    )
+    assert follow["origin"] is False and "rank1 diverged first" in follow["origin_text"]
+    assert report["ranks"] == {"followed": ["rank0"], "diverged first": ["rank1"]}
+    text = run_cli("compare", "--width", "100", str(runs["a"]), str(runs["flip"])).stdout
+    assert "  diverged first: rank1 (step 2, backward: loss of loss)" in text
+    assert "  followed: rank0 (step 2, communication: collective out of ddp.bucket0" in text
+
+
+def test_ranks_seeing_different_data_is_classified_as_data(runs: dict[str, Path]) -> None:
+    code, report = compare_json(runs["data1"], runs["data2"])
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["phase"], first["kind"]) == (0, "data", "batch")
+    assert first["cause"] == "data"
+    assert report["ranks"]["diverged first"] == ["rank0", "rank1"]
+
+
+def test_killed_rank_is_reported_incomplete(runs: dict[str, Path], tmp_path: Path) -> None:
+    code, report = compare_json(runs["a"], runs["killed"])
+    assert code == 1
+    rank1 = report["processes"][1]
+    assert rank1["complete_b"] is False and rank1["role"] == "incomplete"
+    assert rank1["steps_b"] == 3  # steps 0..2 completed before the kill
+    assert any("rank1 is incomplete" in note for note in report["notes"])
+    # a rank that left no file, and one whose file is damaged: reported, not refused
+    for damage in ("missing", "truncated"):
+        broken = tmp_path / damage
+        shutil.copytree(runs["b"], broken)
+        data = (broken / "rank1.h5").read_bytes()
+        (broken / "rank1.h5").unlink()
+        if damage == "truncated":
+            (broken / "rank1.h5").write_bytes(data[: len(data) // 3])
+        code, report = compare_json(runs["a"], broken)
+        assert code == 1, damage
+        assert report["processes"][0]["role"] == "identical"
+        assert report["processes"][1]["role"] == "incomplete"
+        assert "rank1" in report["first_divergence"]["origin_text"]
+
+
+def test_different_world_sizes_are_refused_unless_ranks_are_picked(runs: dict[str, Path]) -> None:
+    result = run_cli("compare", str(runs["a"]), str(runs["one_rank"]))
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "world size 2" in lines[0] and "with 1" in lines[0]
+    code, report = compare_json_ranks(runs["a"], runs["one_rank"], "0")
+    assert [p["process"] for p in report["processes"]] == ["rank0"]
+    keys = {e["key"] for e in report["environment_differences"]}
+    assert "distributed.world_size" in keys
+    if code == 1:
+        assert report["first_divergence"]["cause"] == "communication"
+
+
+def compare_json_ranks(a: Path, b: Path, ranks: str) -> tuple[int, dict[str, Any]]:
+    result = run_cli("compare", "--json", "--ranks", ranks, str(a), str(b))
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_spawn_jobs_are_recorded_by_rank(runs: dict[str, Path]) -> None:
+    assert sorted(p.name for p in runs["spawn_a"].iterdir()) == ["rank0.h5", "rank1.h5"]
+    meta = RunFile.open(runs["spawn_a"] / "rank1.h5").meta["distributed"]
+    assert (meta["world_size"], meta["rank"], meta["launcher"]) == (2, 1, "other")
+    assert meta["init_process_group"] == {"rank": 1, "world_size": 2}
+    result = run_cli("compare", str(runs["spawn_a"]), str(runs["spawn_b"]))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compare_holds_one_pair_of_files_at_a_time(
+    runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[weakref.ref[RunFile]] = []
+    peak = [0]
+    original = RunFile.open.__func__  # type: ignore[attr-defined]
+
+    def counting_open(cls: type[RunFile], path: str | Path) -> RunFile:
+        file = original(cls, path)
+        opened.append(weakref.ref(file))
+        peak[0] = max(peak[0], sum(ref() is not None for ref in opened))
+        return file
+
+    monkeypatch.setattr(RunFile, "open", classmethod(counting_open))
+    comparison = ranks_module.compare_ranks(runs["a"], runs["flip"])
+    assert len(comparison.processes) == 2 and peak[0] == 2
+    assert os.environ.get("RANK") is None  # the tests themselves never look like a rank
