@@ -15,6 +15,9 @@ SUBCOMMANDS = {
     "record": ("divergence.cli.record", "record"),
     "compare": ("divergence.cli.compare", "compare"),
     "info": ("divergence.cli.info", "info"),
+    "hunt": ("divergence.cli.hunt", "hunt"),
+    "show": ("divergence.cli.show", "show"),
+    "replay": ("divergence.cli.replay", "replay"),
 }
 
 

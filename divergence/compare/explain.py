@@ -12,7 +12,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from divergence.compare.knowledge import match_cause
+from divergence.compare.knowledge import Cause, labels, match_cause
 from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
@@ -23,7 +23,10 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     kind, name, step = Kind(records["kind"][row]), divergence.location, divergence.step
     same_step = np.flatnonzero(records["step"][:row] == step)
     previous = _describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
-    if kind == Kind.OUTPUT:
+    divergence.facts.update(_run_facts(run.meta))
+    if kind in (Kind.OP_OUTPUT, Kind.OP_INPUT):
+        explain_op(divergence, run, row)
+    elif kind == Kind.OUTPUT:
         _explain_output(divergence, run, row, same_step, previous)
     elif kind == Kind.INPUT:
         parent = name.rsplit(".", 1)[0] if "." in name else "the root module"
@@ -87,6 +90,79 @@ def _explain_output(
         divergence.origin_text = f"inside {_code(name)}'s forward: its inputs matched"
 
 
+def split_op_name(name: str) -> tuple[str, str]:
+    """``"block.fc/aten.addmm.default"`` -> ``("block.fc", "aten.addmm.default")``; an op
+    outside any module has no module part."""
+    module, _, op = name.rpartition("/")
+    return module, op
+
+
+def _run_facts(meta: dict[str, object]) -> dict[str, str]:
+    devices = meta.get("devices")
+    cuda = isinstance(devices, dict) and bool(devices.get("cuda"))
+    return {"device": "cuda" if cuda else "cpu", "framework": str(meta.get("framework", ""))}
+
+
+def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
+    """An op output whose recorded inputs matched is the origin; a differing op *input* was
+    produced by something the dispatcher did not show: say where it must lie."""
+    records = run.records
+    module, op = split_op_name(divergence.location)
+    divergence.facts.update(op=op, module=module)
+    where = f"in `{module}`" if module else "outside any module"
+    inputs = _op_call_inputs(run, row) if records["kind"][row] == Kind.OP_OUTPUT else None
+    if inputs is None:
+        previous = _previous_op(run, row)
+        divergence.origin_text = (
+            f"at {_code(op)} {where} ({divergence.phase}) or in an unobserved op between "
+            f"{previous} and it: its input {divergence.slot} differs although every op output "
+            "recorded before it matched (a kernel that bypasses the dispatcher, a compiled "
+            "region, or a tensor changed outside torch ops)"
+        )
+        return
+    slot = f"output {divergence.slot}"
+    if not inputs:
+        divergence.origin = True
+        divergence.origin_text = (
+            f"{_code(op)} {slot} {where} ({divergence.phase}): the op has no tensor inputs, so "
+            "its arguments or a generator's state differ"
+        )
+        return
+    skipped = [i for i in inputs if records["status"][i]]
+    divergence.origin = True if not skipped else None
+    slots = ", ".join(str(records["slot"][i]) for i in inputs)
+    divergence.matched_inputs = [f"{_code(op)} input{'s' if len(inputs) > 1 else ''} {slots}"]
+    divergence.origin_text = (
+        f"{_code(op)} {slot} {where} ({divergence.phase}): its inputs matched, its output "
+        f"did not{'' if not skipped else f' ({len(skipped)} input(s) were not fingerprinted)'}"
+    )
+
+
+def _op_call_inputs(run: RunFile, row: int) -> list[int]:
+    """The ``op_input`` rows of the call whose output is ``row`` (they directly precede its
+    outputs: the dispatcher runs no op inside another)."""
+    records, name = run.records, run.records["name"][row]
+    i = row - 1
+    while i >= 0 and records["name"][i] == name and records["kind"][i] == Kind.OP_OUTPUT:
+        i -= 1
+    inputs = []
+    while i >= 0 and records["name"][i] == name and records["kind"][i] == Kind.OP_INPUT:
+        inputs.append(i)
+        if records["slot"][i] == 0:
+            break
+        i -= 1
+    return inputs[::-1]
+
+
+def _previous_op(run: RunFile, row: int) -> str:
+    kinds = run.records["kind"][:row]
+    outputs = np.flatnonzero(kinds == Kind.OP_OUTPUT)
+    if not outputs.size:
+        return "the start of the recorded ops"
+    module, op = split_op_name(run.strings[run.records["name"][outputs[-1]]])
+    return f"{_code(op)}{f' in `{module}`' if module else ''}"
+
+
 def _origin_outside(kind: Kind, name: str, step: int) -> str:
     if kind == Kind.PARAM:
         return "before training: the initial parameters differ"
@@ -121,23 +197,69 @@ def _code(name: str) -> str:
 
 
 def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[str, str]:
-    """(cause class, explanation and fix) from the knowledge base, or say nothing matched."""
+    """(cause class, explanation with evidence and fix) from the knowledge base, or say that
+    nothing matched."""
     keys = [e.key for e in environment]
     keys += [f"rng.{evidence.split(' ')[0]}" for evidence in divergence.rng_evidence]
     cause = match_cause(
-        divergence.reason, divergence.kind, divergence.location, keys, divergence.phase
+        divergence.reason,
+        divergence.kind,
+        divergence.location,
+        keys,
+        divergence.phase,
+        facts=divergence.facts,
     )
+    divergence.evidence = _evidence(divergence, environment, cause)
     if cause is None:
-        return "unknown", "no known cause matches this divergence"
-    evidence = [
-        f"{e.key}: {display_value(e.a)} vs {display_value(e.b)}"
-        for e in environment
-        if any(fnmatchcase(e.key, g) for g in cause.env)
+        return "unknown", "no known cause matches this divergence (the knowledge base has no entry)"
+    env_evidence = [
+        _env_phrase(e) for e in environment if any(fnmatchcase(e.key, g) for g in cause.env)
     ][:3]
     if any(g.startswith("rng.") for g in cause.env):
-        evidence += [f"generator state differs: {e}" for e in divergence.rng_evidence]
-    detail = "; ".join(evidence)
-    text = f"{cause.summary}{f' ({detail})' if detail else ''}. Fix: {cause.fix}"
+        env_evidence += [f"generator state differs: {e}" for e in divergence.rng_evidence]
+    detail = "; ".join(env_evidence)
+    text = f"{cause.summary}{f' ({detail})' if detail else ''}."
+    if not env_evidence and divergence.evidence:
+        text += " Evidence: " + "; ".join(divergence.evidence) + "."
+    text += f" Fix: {cause.fix}"
     if cause.holds_for:
         text += f" [holds for {cause.holds_for}]"
     return cause.cause, text
+
+
+def _env_phrase(e: EnvDifference) -> str:
+    """``run B had deterministic algorithms off`` for a switch, else ``key: a vs b``."""
+    label = labels().get(e.key)
+    if label and isinstance(e.a, bool) and isinstance(e.b, bool):
+        which = "B" if e.a else "A"
+        return f"run {which} had {label} off, the other on"
+    return f"{e.key}: {display_value(e.a)} vs {display_value(e.b)}"
+
+
+def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | None) -> list[str]:
+    """Facts a reader can check, in the words of each cause class."""
+    lines: list[str] = []
+    where = f"step {d.step} ({d.phase})"
+    if d.rng_evidence:
+        lines.append(
+            f"generator state differs ({', '.join(d.rng_evidence)}) while every tensor "
+            f"recorded before {where} matched"
+        )
+    if d.kind == "param" and d.phase == "init":
+        lines.append(f"parameter `{d.location}` differs at initialisation, before any step")
+    elif d.kind == "batch":
+        lines.append(f"the batch `{d.location}` differs at {where}; every record before it matched")
+    elif d.origin and d.facts.get("op"):
+        lines.append(
+            f"`{d.facts['op']}` on {d.facts.get('device', 'cpu')}: inputs matched, "
+            f"output {d.slot} did not"
+        )
+    elif d.kind == "collective_out":
+        lines.append(f"the collective `{d.location}` returned different bits at {where}")
+    elif d.reason == "structure" and d.a is not None and d.b is not None:
+        lines.append(f"run A recorded {d.a.label}, run B {d.b.label} at {where}")
+    elif d.origin:
+        lines.append(f"`{d.location}` {d.kind.replace('_', ' ')}: inputs matched, output did not")
+    if not environment and cause is not None and cause.cause == "compute":
+        lines.append("the runs' recorded settings are identical")
+    return lines

@@ -7,16 +7,20 @@ whose conditions all hold.
 True
 >>> match_cause("value", "param", "fc.weight", [], "init").cause
 'initialisation'
+>>> match_cause("value", "op_output", "emb/aten.index_add.default", [], "backward",
+...             facts={"op": "aten.index_add.default", "device": "cuda"}).cause
+'compute'
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 KNOWLEDGE_FILE = Path(__file__).with_name("knowledge.toml")
 COMPUTE_KINDS = (
@@ -46,27 +50,57 @@ class Cause:
     names: tuple[str, ...] = ()
     phases: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ()  # globs over the origin op (op-level runs): "aten.index_add*"
+    devices: tuple[str, ...] = ()  # globs over the device type: "cuda", "cpu"
+    frameworks: tuple[str, ...] = ()  # "torch", "tensorflow"
     holds_for: str = ""
 
-    def applies(self, reason: str, kind: str, name: str, phase: str, env: Sequence[str]) -> bool:
+    def applies(
+        self,
+        reason: str,
+        kind: str,
+        name: str,
+        phase: str,
+        env: Sequence[str],
+        facts: Mapping[str, str] | None = None,
+    ) -> bool:
+        facts = facts or {}
         return (
             reason in self.reasons
             and (not self.kinds or kind in self.kinds)
             and (not self.names or any(fnmatchcase(name, g) for g in self.names))
             and (not self.phases or phase in self.phases)
             and (not self.env or any(fnmatchcase(k, g) for k in env for g in self.env))
+            and _holds(self.ops, facts.get("op", ""))
+            and _holds(self.devices, facts.get("device", ""))
+            and _holds(self.frameworks, facts.get("framework", ""))
         )
+
+
+def _holds(globs: tuple[str, ...], value: str) -> bool:
+    return not globs or (bool(value) and any(fnmatchcase(value, g) for g in globs))
 
 
 @cache
 def causes() -> tuple[Cause, ...]:
-    entries = tomllib.loads(KNOWLEDGE_FILE.read_text())["cause"]
+    entries = _data()["cause"]
     return tuple(_cause(entry) for entry in entries)
+
+
+@cache
+def _data() -> dict[str, Any]:
+    return tomllib.loads(KNOWLEDGE_FILE.read_text())
+
+
+def labels() -> dict[str, str]:
+    """Readable names of metadata switches (``[labels]``): a hint says "run B had
+    deterministic algorithms off" rather than the key."""
+    return {str(k): str(v) for k, v in _data().get("labels", {}).items()}
 
 
 def _cause(entry: dict[str, object]) -> Cause:
     fields = dict(entry)
-    for key in ("reasons", "kinds", "names", "phases", "env"):
+    for key in ("reasons", "kinds", "names", "phases", "env", "ops", "devices", "frameworks"):
         if key in fields:
             values = [str(v) for v in fields[key]]  # type: ignore[attr-defined]
             if "@compute" in values:
@@ -76,7 +110,15 @@ def _cause(entry: dict[str, object]) -> Cause:
 
 
 def match_cause(
-    reason: str, kind: str, name: str, differing_env: Sequence[str], phase: str = ""
+    reason: str,
+    kind: str,
+    name: str,
+    differing_env: Sequence[str],
+    phase: str = "",
+    facts: Mapping[str, str] | None = None,
 ) -> Cause | None:
-    """The first known cause whose conditions hold, or None (nothing known: say so)."""
-    return next((c for c in causes() if c.applies(reason, kind, name, phase, differing_env)), None)
+    """The first known cause whose conditions hold, or None (nothing known: say so).
+    ``facts``: ``op``, ``device``, ``framework`` of the divergence, for op-level causes."""
+    return next(
+        (c for c in causes() if c.applies(reason, kind, name, phase, differing_env, facts)), None
+    )

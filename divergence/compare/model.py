@@ -69,6 +69,9 @@ class Divergence:
     cause: str = ""
     cause_text: str = ""
     numeric: Any = None  # compare.numeric.NumericDiff when both runs dumped the tensor
+    # op-level facts for the cause (explain.py): "op", "module", "device", "framework"
+    facts: dict[str, Any] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)  # why the cause class was chosen
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -100,6 +103,8 @@ class ProcessComparison:
     first: Divergence | None
     propagation: Propagation | None
     rng_differences: list[str] = field(default_factory=list)
+    role: str = ""  # multi-rank runs: see compare/ranks.py ROLES
+    role_text: str = ""
 
 
 @dataclass
@@ -109,6 +114,8 @@ class Comparison:
     environment: list[EnvDifference]
     processes: list[ProcessComparison]
     notes: list[str] = field(default_factory=list)
+    ranks: dict[str, list[str]] = field(default_factory=dict)  # role -> process keys
+    picture: list[str] = field(default_factory=list)  # the per-rank story, one line a role
 
     @property
     def first(self) -> Divergence | None:

@@ -16,7 +16,7 @@ from divergence.errors import UsageError
 
 ENV_CONFIG = "DIVERGE_RECORD"  # JSON RecordConfig; its presence activates recording in a child
 ENV_HANDSHAKE = "DIVERGE_HANDSHAKE_DIR"  # where children prove instrumentation started
-GRANULARITIES = ("module",)  # "op" arrives with the op-level zoom
+GRANULARITIES = ("module", "op")  # op: every aten op (frameworks/torch/ops.py)
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,10 @@ class ComparisonReport:
             if first.cause_text:
                 yield section(f"Likely cause: {first.cause}")
                 yield Padding(Text(first.cause_text), (0, 0, 0, 2))
-        if len(c.processes) > 1:
-            yield section("Processes")
-            yield processes_table(c)
+        if len(c.processes) > 1:  # who diverged first, who followed (report/ranks.py)
+            from divergence.report.ranks import ranks_sections
+
+            yield from ranks_sections(c)
 
 
 def verdict(c: Comparison) -> Text:

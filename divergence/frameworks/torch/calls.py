@@ -45,6 +45,9 @@ def encode_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str
 def _encode(value: Any, counter: list[int]) -> Any:
     if isinstance(value, torch.Tensor):
         counter[0] += 1
+        if value.layout == torch.strided and not value.is_contiguous():
+            # dumps are stored contiguous: the layout picks the kernel path, so keep it
+            return {"$t": counter[0] - 1, "stride": list(value.stride())}
         return {"$t": counter[0] - 1}
     if isinstance(value, (bool, int, str)) or value is None:
         return value
@@ -86,9 +89,13 @@ def _decode(value: Any, tensors: Sequence[torch.Tensor]) -> Any:
         return [_decode(v, tensors) for v in value]
     if not isinstance(value, dict):
         return value
-    (tag, content), = value.items()
-    if tag == "$t":
-        return tensors[content]
+    if "$t" in value:
+        t = tensors[value["$t"]]
+        if "stride" in value:  # back to the recorded layout (a transpose, channels_last)
+            t = torch.empty_strided(t.shape, value["stride"], dtype=t.dtype, device=t.device)
+            t.copy_(tensors[value["$t"]])
+        return t
+    ((tag, content),) = value.items()
     if tag == "$tuple":
         return tuple(_decode(v, tensors) for v in content)
     if tag == "$float":

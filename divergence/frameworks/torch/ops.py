@@ -221,7 +221,7 @@ class OpRecorder:
         for slot, t in enumerate(inputs):
             self._add(phase, Kind.OP_INPUT, name, t, slot, dump, not mutable, note)
             note = ""
-        return _Plan(phase, name, inputs if mutable else [], dump)
+        return _Plan(phase, name, inputs if mutable else [], dump, mutable)
 
     def after(self, plan: _Plan, func: Any, out: Any) -> None:
         s, phase, name = self.session, plan.phase, plan.name
@@ -234,7 +234,7 @@ class OpRecorder:
                 continue
             if self.garbage and not func.is_view:
                 self.garbage.discard(_storage(t))  # freshly written (or written in place)
-            self._add(phase, Kind.OP_OUTPUT, name, t, slot, plan.dump, True)
+            self._add(phase, Kind.OP_OUTPUT, name, t, slot, plan.dump, not plan.mutable)
         if self.garbage:
             for t in plan.written:
                 self.garbage.discard(_storage(t))
@@ -259,7 +259,8 @@ class OpRecorder:
 
     def fingerprint(self, t: torch.Tensor, cached: bool) -> Fingerprint:
         """Cached by identity and version, except around in-place ops: autograd bumps the
-        version before the op runs, so the same version names the value before and after."""
+        version only after the kernel returns, so one version names the value before and
+        after the op."""
         try:
             version = t._version
         except RuntimeError:  # inference tensors have no version counter
@@ -294,6 +295,7 @@ class _Plan(NamedTuple):
     name: str
     written: list[torch.Tensor]  # tensor arguments of an in-place op
     dump: bool
+    mutable: bool
 
 
 class _BackwardRegion:

@@ -1,0 +1,64 @@
+"""diverge show RUN [--against RUN_B] --step S --probe PATTERN
+
+Drill into the records of one step whose name matches PATTERN (a glob, e.g. 'block.fc*' or
+'block.fc/aten.addmm*'): fingerprints, shapes, dtypes, and the numeric difference where both
+runs dumped the tensor. Exit status: 0, or 1 when --against finds a differing record.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from divergence.errors import ExitCode
+
+
+@click.command(help=__doc__)
+@click.argument("run", type=click.Path())
+@click.option("--against", type=click.Path(), default=None, help="Show run B's records too.")
+@click.option("--step", type=int, required=True, help="The step to show.")
+@click.option("--probe", "pattern", required=True, help="Glob over record names.")
+@click.option("--limit", type=int, default=200, show_default=True, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.show/1).")
+def show(run: str, against: str | None, step: int, pattern: str, limit: int, as_json: bool) -> int:
+    from divergence.compare.show import Shown, show_probes
+
+    shown: list[Shown] = show_probes(run, step, pattern, against, limit)
+    differs = any(s.status == "differs" for s in shown)
+    if as_json:
+        data = {
+            "schema": "diverge.show/1",
+            "run": run,
+            "against": against,
+            "step": step,
+            "probe": pattern,
+            "records": [s.to_json() for s in shown],
+        }
+        click.echo(json.dumps(data, indent=2))
+    else:
+        for item in shown:
+            click.echo("\n".join(_lines(item)))
+    return int(ExitCode.DIVERGED if differs else ExitCode.IDENTICAL)
+
+
+def _lines(s: object) -> list[str]:
+    from divergence.compare.show import Shown
+
+    assert isinstance(s, Shown)
+    a = s.a
+    kind = a.kind.replace("_", " ")
+    lines = [f"step {a.step}  {a.phase}  {kind} {a.slot}  {a.name}  {a.type_text}"]
+    prints = f"A {a.fingerprint:016x}"
+    if s.b is not None:
+        prints += f"   B {s.b.fingerprint:016x}   {s.status}"
+        if s.b.type_text != a.type_text:
+            prints += f" (B is {s.b.type_text})"
+    if a.skipped:
+        prints = f"skipped: {a.skipped}"
+    lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
+    if s.note:
+        lines.append(f"  call {s.note}")
+    if s.numeric is not None:
+        lines += [f"    {line}" for line in s.numeric.summary_lines()]
+    return lines

@@ -1,0 +1,165 @@
+"""``diverge replay``: call one recorded aten op again, N times, on its dumped inputs.
+
+Varying outputs prove the op nondeterministic on this device; stable outputs mean the
+divergence comes from configuration or environment (threads, ISA, library, switches).
+
+>>> # result = replay("runs/zoom1", step=0, pattern="block.fc/aten.addmm.default", times=5)
+>>> # result.distinct  -> 1 (stable)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from divergence.compare.show import _single, matching_rows
+from divergence.errors import UsageError
+from divergence.frameworks.torch.calls import decode_call
+from divergence.frameworks.torch.fingerprint import fingerprint_tensor
+from divergence.store.reader import RunFile
+from divergence.store.schema import Kind
+
+
+@dataclass
+class Replay:
+    name: str
+    step: int
+    call: int
+    times: int
+    device: str
+    threads: int
+    recorded: list[int]  # the output fingerprints in the run
+    outputs: list[tuple[int, ...]] = field(default_factory=list)  # per execution
+
+    @property
+    def distinct(self) -> int:
+        return len(set(self.outputs))
+
+    @property
+    def matches_recorded(self) -> bool:
+        return bool(self.outputs) and self.outputs[0] == tuple(self.recorded)
+
+    @property
+    def stable(self) -> bool:
+        return self.distinct == 1
+
+    def verdict(self) -> str:
+        if not self.stable:
+            return (
+                f"VARIES: {self.times} executions gave {self.distinct} distinct outputs on "
+                f"{self.device}: the op is intrinsically nondeterministic here"
+            )
+        recorded = (
+            "equal to the recorded output"
+            if self.matches_recorded
+            else "but NOT equal to the recorded output (this device, thread count or library "
+            "differs from the recording's)"
+        )
+        return (
+            f"STABLE: {self.times} executions gave identical outputs on {self.device}, "
+            f"{recorded}: the op is deterministic with fixed settings, so a divergence at it "
+            "comes from configuration or environment"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "diverge.replay/1",
+            "op": self.name,
+            "step": self.step,
+            "call": self.call,
+            "times": self.times,
+            "device": self.device,
+            "threads": self.threads,
+            "status": "stable" if self.stable else "varies",
+            "distinct_outputs": self.distinct,
+            "matches_recorded": self.matches_recorded,
+            "recorded": [f"{v:016x}" for v in self.recorded],
+            "verdict": self.verdict(),
+        }
+
+
+def replay(
+    run: str | Path, step: int, pattern: str, times: int = 5, device: str = "cpu", call: int = 0
+) -> Replay:
+    file = _single(run)
+    inputs, outputs = _call_rows(file, step, pattern, call)
+    note = file.strings[file.records["note"][inputs[0]]]
+    if not note.startswith("{"):
+        raise UsageError(
+            f"the call of {pattern!r} at step {step} was recorded without its arguments",
+            hint="record with --granularity op --dump (diverge hunt does)",
+        )
+    tensors = [_load(file, row, device) for row in inputs]
+    name = file.strings[file.records["name"][inputs[0]]]
+    result = Replay(
+        name,
+        step,
+        call,
+        times,
+        device,
+        torch.get_num_threads(),
+        [int(file.records["fp"][r]) for r in outputs],
+    )
+    for _ in range(times):
+        fresh = [t.clone() for t in tensors]  # in-place ops must start from the recorded values
+        op, args, kwargs = decode_call(note, fresh)
+        with torch.no_grad():
+            out = op(*args, **kwargs)
+        prints = (fingerprint_tensor(t).value for t in _tensors(out))
+        result.outputs.append(tuple(int(v) for v in prints))  # type: ignore[call-overload]
+    return result
+
+
+def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[int], list[int]]:
+    """The op_input rows and op_output rows of the ``call``-th matching op call."""
+    rows = matching_rows(file, step, pattern)
+    kinds, slots = file.records["kind"], file.records["slot"]
+    calls: list[tuple[list[int], list[int]]] = []
+    for r in rows:
+        if kinds[r] == Kind.OP_INPUT and slots[r] == 0:
+            calls.append(([r], []))
+        elif not calls:
+            continue
+        elif kinds[r] == Kind.OP_INPUT and r == calls[-1][0][-1] + 1:
+            calls[-1][0].append(r)
+        elif kinds[r] == Kind.OP_OUTPUT and r == (calls[-1][1] or calls[-1][0])[-1] + 1:
+            calls[-1][1].append(r)  # outputs directly follow the inputs of their call
+    if not calls:
+        raise UsageError(
+            f"no op call matching {pattern!r} with recorded inputs at step {step}",
+            hint="give an op record name, e.g. 'block.fc/aten.addmm.default'",
+        )
+    if call >= len(calls):
+        raise UsageError(f"--call {call}: only {len(calls)} matching call(s) at step {step}")
+    inputs, outputs = calls[call]
+    missing = [r for r in inputs if r not in file.dumped_rows and not file.records["status"][r]]
+    if missing:
+        raise UsageError(
+            f"the inputs of {pattern!r} at step {step} were not dumped",
+            hint="record with --granularity op --dump (diverge hunt does)",
+        )
+    return inputs, outputs
+
+
+def _load(file: RunFile, row: int, device: str) -> torch.Tensor:
+    dumped = file.tensor(row)
+    if dumped is None:
+        raise UsageError(f"record {row} was not dumped")
+    array, dtype = dumped
+    t = torch.from_numpy(np.ascontiguousarray(array).copy())
+    wanted = getattr(torch, dtype)
+    if t.dtype != wanted:  # bfloat16 and fp8 are stored as same-width integer views
+        t = t.view(wanted)
+    return t.to(device)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []

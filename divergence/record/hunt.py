@@ -1,0 +1,196 @@
+"""``diverge hunt``: record a command twice (or N times, or against a reference run), compare,
+and when the runs diverge re-record only the diverging step at op level with full tensors.
+
+Framework-free: it drives ``diverge record`` (subprocesses) and ``compare``.
+
+>>> zoom_globs(Divergence("value", "p0", 3, "forward", "output", "block", 0))
+('block', 'block.*', 'block/*')
+>>> zoom_globs(Divergence("value", "p0", 3, "backward", "param_grad", "fc.weight", 0))
+()
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from divergence.compare.engine import compare_runs
+from divergence.compare.model import Comparison, Divergence
+from divergence.errors import RecordError
+from divergence.record.config import RecordConfig, StepRange
+from divergence.record.launcher import record, resolve_command
+
+# Divergences the op-level zoom cannot refine: they arise before any op of the step runs.
+NO_ZOOM_KINDS = {
+    "batch": "the batch differs before the model ran: the data pipeline, not an op",
+    "rng_state": "a generator state differs at the step start",
+    "param": "the parameters differ",  # at init (in the optimizer phase the zoom does apply)
+}
+
+
+@dataclass
+class Pair:
+    a: Path
+    b: Path
+    comparison: Comparison
+
+    @property
+    def diverged(self) -> bool:
+        return not self.comparison.identical
+
+
+@dataclass
+class Hunt:
+    """Everything a hunt saw: the hash-only pairs, the zoom pair, and why a zoom was skipped."""
+
+    command: list[str]
+    directory: Path
+    recorded: list[Path] = field(default_factory=list)  # the hash-only runs made
+    against: Path | None = None  # the reference run, when given
+    pairs: list[Pair] = field(default_factory=list)
+    zoom: Pair | None = None
+    zoom_config: RecordConfig | None = None
+    zoom_skipped: str = ""
+
+    @property
+    def first(self) -> Pair | None:
+        return next((p for p in self.pairs if p.diverged), None)
+
+    @property
+    def diverged(self) -> bool:
+        return self.first is not None
+
+    @property
+    def reproduced(self) -> bool | None:
+        """Whether the op-level zoom runs diverged too (None: no zoom was made)."""
+        return None if self.zoom is None else self.zoom.diverged
+
+    @property
+    def report(self) -> Comparison | None:
+        """The most detailed comparison that diverged: the zoom's, else the first pair's."""
+        if self.zoom is not None and self.zoom.diverged:
+            return self.zoom.comparison
+        first = self.first
+        return first.comparison if first is not None else None
+
+    def seen(self) -> str:
+        """``diverged in 1 of 3 pairs``."""
+        diverged = sum(p.diverged for p in self.pairs)
+        plural = "s" if len(self.pairs) != 1 else ""
+        return f"diverged in {diverged} of {len(self.pairs)} pair{plural}"
+
+
+def zoom_globs(d: Divergence) -> tuple[str, ...]:
+    """The ``--include`` globs of the zoom: the module where a forward divergence appeared
+    (its parent for an input computed in the parent's code); the whole step otherwise, since a
+    backward or optimizer value is computed by ops of other modules."""
+    if d.phase != "forward" or d.kind not in ("output", "input", "op_output", "op_input"):
+        return ()
+    module = d.location.rpartition("/")[0] if d.kind.startswith("op_") else d.location
+    if d.kind == "input":
+        module = module.rpartition(".")[0]
+    if not module:
+        return ()
+    return (module, f"{module}.*", f"{module}/*")
+
+
+def zoom_config(d: Divergence, output: Path) -> RecordConfig:
+    """Op level, only step ``d.step``, full tensors of what is recorded."""
+    step = StepRange(d.step, d.step + 1)
+    globs = zoom_globs(d)
+    return RecordConfig(
+        output=str(output),
+        steps=step,
+        include=globs,
+        dump=True,
+        dump_steps=step,
+        dump_include=globs,
+        granularity="op",
+    )
+
+
+Say = Callable[[str], None]
+
+
+def hunt(
+    command: list[str],
+    directory: Path,
+    runs: int = 2,
+    against: Path | None = None,
+    say: Say | None = None,
+) -> Hunt:
+    """Record, compare, zoom. ``runs`` hash-only recordings are compared with the first one
+    (or each with ``against``)."""
+    command = resolve_command(command)
+    say = say or _say
+    result = Hunt(command, directory, against=against)
+    recorded = [
+        _record(command, RecordConfig(output=str(directory / f"run{i + 1}")), say)
+        for i in range(runs)
+    ]
+    result.recorded = recorded
+    reference = against if against is not None else recorded[0]
+    others = recorded if against is not None else recorded[1:]
+    for other in others:
+        result.pairs.append(Pair(reference, other, compare_runs(reference, other)))
+    first = result.first
+    if first is None:
+        return result
+    divergence = first.comparison.first
+    assert divergence is not None
+    skip = _zoom_skip_reason(divergence)
+    if skip:
+        result.zoom_skipped = skip
+        return result
+    say(
+        f"diverged at step {divergence.step} ({divergence.phase}, {divergence.location}): "
+        "re-recording that step at op level, twice"
+    )
+    zoom_runs = []
+    for name in ("zoom1", "zoom2"):
+        config = zoom_config(divergence, directory / name)
+        zoom_runs.append(_record(command, config, say))
+        result.zoom_config = config
+    result.zoom = Pair(zoom_runs[0], zoom_runs[1], compare_runs(*zoom_runs))
+    return result
+
+
+def _zoom_skip_reason(d: Divergence) -> str:
+    if d.reason != "value":
+        return f"a {d.reason} divergence: the runs differ in what they did, not in an op's bits"
+    if d.kind == "param" and d.phase != "optimizer":
+        return NO_ZOOM_KINDS["param"] + " before training"
+    return NO_ZOOM_KINDS.get(d.kind, "")
+
+
+def _record(command: list[str], config: RecordConfig, say: Say) -> Path:
+    with _stdout_to_stderr():
+        status = record(command, config, force=True)
+    if status != 0:
+        raise RecordError(
+            f"the command failed (exit status {status}) while recording {config.output}",
+            hint="hunt needs a command that runs to completion",
+        )
+    return Path(config.output)
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """The command's output goes to stderr: stdout carries only the hunt's report."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _say(message: str) -> None:
+    print(f"diverge: {message}", file=sys.stderr, flush=True)

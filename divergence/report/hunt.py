@@ -1,0 +1,132 @@
+"""The report of ``diverge hunt``: a verdict, how often it diverged, the most detailed
+comparison, and the commands to inspect the runs it kept.
+
+>>> # Console(width=100).print(HuntReport(hunt_result))
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.text import Text
+
+from divergence.compare.explain import split_op_name
+from divergence.record.hunt import Hunt
+from divergence.report.json_report import comparison_json
+from divergence.report.terminal import ComparisonReport, indented, section
+
+SCHEMA = "diverge.hunt/1"
+
+
+class HuntReport:
+    def __init__(self, hunt: Hunt) -> None:
+        self.hunt = hunt
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        h = self.hunt
+        yield Text(verdict(h), style="bold red" if h.diverged else "bold green")
+        yield indented(summary_lines(h))
+        report = h.report
+        if report is not None:
+            yield section("Report" + (" (op level)" if h.zoom is not None and h.reproduced else ""))
+            yield ComparisonReport(report)
+        yield section(f"Runs kept in {_short(h.directory)}")
+        yield indented(inspect_commands(h))
+
+
+def verdict(h: Hunt) -> str:
+    if h.first is None:
+        steps = max((p.steps_a for pair in h.pairs for p in pair.comparison.processes), default=0)
+        runs = len(h.recorded) + (h.against is not None)
+        return f"IDENTICAL: {runs} runs match bit for bit over {steps} steps"
+    report = h.report
+    d = report.first if report is not None else None
+    assert d is not None
+    where = f"{d.kind.replace('_', ' ')} {d.slot} of {d.location}"
+    if d.facts.get("op"):
+        module = d.facts.get("module") or "no module"
+        where = f"`{d.facts['op']}` {d.kind.removeprefix('op_')} {d.slot} in `{module}`"
+    origin = {True: "origin", False: "propagated", None: "origin not established"}[d.origin]
+    return f"DIVERGED at step {d.step}, {d.phase}: {where} [{origin}]; cause: {d.cause}"
+
+
+def summary_lines(h: Hunt) -> list[str]:
+    lines = [f"command   {shlex.join(h.command)}"]
+    against = f" against {_short(h.against)}" if h.against is not None else ""
+    lines.append(f"hash-only {len(h.recorded)} run(s){against}: {h.seen()}")
+    if h.zoom_skipped:
+        lines.append(f"zoom      not needed: {h.zoom_skipped}")
+    elif h.zoom is not None and h.zoom_config is not None:
+        config = h.zoom_config
+        scope = ", ".join(config.include) if config.include else "every module"
+        outcome = (
+            "diverged again"
+            if h.reproduced
+            else "did NOT diverge: the divergence is intermittent (it "
+            f"{h.seen()} hash-only, 0 of 1 at op level); the report shows the hash-only run"
+        )
+        lines.append(f"zoom      op level, step {config.steps.start}, {scope}: {outcome}")
+    return lines
+
+
+def inspect_commands(h: Hunt) -> list[str]:
+    lines = []
+    for pair in h.pairs:
+        lines.append(f"diverge compare {_short(pair.a)} {_short(pair.b)}")
+    if h.zoom is not None:
+        a, b = _short(h.zoom.a), _short(h.zoom.b)
+        lines.append(f"diverge compare {a} {b}")
+        report = h.zoom.comparison.first
+        if report is not None:
+            op = split_op_name(report.location)[1]
+            probe = shlex.quote(report.location)
+            lines.append(f"diverge show {a} --against {b} --step {report.step} --probe {probe}")
+            if op.startswith("aten.") and report.kind == "op_output":
+                lines.append(f"diverge replay {a} --step {report.step} --op {probe}")
+    return lines
+
+
+def hunt_json(h: Hunt) -> dict[str, Any]:
+    report = h.report
+    return {
+        "schema": SCHEMA,
+        "status": "diverged" if h.diverged else "identical",
+        "command": h.command,
+        "directory": str(h.directory),
+        "pairs": [
+            {"a": str(p.a), "b": str(p.b), "status": "diverged" if p.diverged else "identical"}
+            for p in h.pairs
+        ],
+        "seen": h.seen(),
+        "zoom": None
+        if h.zoom is None
+        else {
+            "a": str(h.zoom.a),
+            "b": str(h.zoom.b),
+            "reproduced": h.reproduced,
+            "include": list(h.zoom_config.include) if h.zoom_config else [],
+            "steps": str(h.zoom_config.steps) if h.zoom_config else "",
+        },
+        "zoom_skipped": h.zoom_skipped or None,
+        "report": comparison_json(report) if report is not None else None,
+        "commands": inspect_commands(h),
+    }
+
+
+def render_hunt(h: Hunt, width: int = 100) -> str:
+    console = Console(
+        width=width, record=True, color_system=None, force_terminal=False, file=io.StringIO()
+    )
+    console.print(HuntReport(h))
+    return console.export_text()
+
+
+def _short(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

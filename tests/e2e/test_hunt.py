@@ -1,0 +1,71 @@
+"""``diverge hunt`` end to end: deterministic (exit 0), divergent every run (data), an op-level
+zoom that reproduces, and one that does not (intermittent)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import SCRIPTS, Recorder, run_cli
+
+
+def hunt(out: Path, *args: str, options: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
+    result = run_cli("hunt", "-o", str(out), "--json", *options, "--", sys.executable, *args)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_deterministic_script_exits_0(tmp_path: Path) -> None:
+    result = run_cli(
+        "hunt", "-o", str(tmp_path / "h"), "--width", "100", "--",
+        sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "3",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("IDENTICAL: 2 runs match bit for bit over 3 steps")
+    assert "step 2 loss" not in result.stdout  # the command's output goes to stderr
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == ["run1", "run2"]
+
+
+def test_in_order_false_diverges_in_the_data(tmp_path: Path) -> None:
+    code, report = hunt(tmp_path / "h", str(SCRIPTS / "in_order_false.py"), "--steps", "8")
+    first = report["report"]["first_divergence"]
+    assert (code, report["status"]) == (1, "diverged")
+    assert (first["phase"], first["kind"], first["location"]) == ("data", "batch", "dataloader")
+    assert first["cause"] == "data" and "in_order=False" in first["cause_text"]
+    assert report["zoom"] is None and "data pipeline" in report["zoom_skipped"]
+    assert report["seen"] == "diverged in 1 of 1 pair"
+
+
+def test_zoom_finds_the_op_and_keeps_every_run(tmp_path: Path) -> None:
+    counter = tmp_path / "count"
+    script = str(SCRIPTS / "alternating_threads.py")
+    code, report = hunt(tmp_path / "h", script, "--counter", str(counter))
+    assert code == 1 and report["zoom"]["reproduced"] is True
+    assert report["zoom"]["steps"] == "0:1" and "1.fc" in report["zoom"]["include"]
+    first = report["report"]["first_divergence"]
+    assert (first["kind"], first["location"], first["origin"]) == (
+        "op_output",
+        "1.fc/aten.addmm.default",
+        True,
+    )
+    assert first["numeric"]["reading"] == "reduction-order noise"
+    assert first["cause"] == "compute"
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == [
+        "run1", "run2", "zoom1", "zoom2",
+    ]  # fmt: skip
+    assert any(c.startswith("diverge replay ") for c in report["commands"])
+
+
+def test_divergence_that_does_not_reproduce_is_reported_as_intermittent(
+    record: Recorder, tmp_path: Path
+) -> None:
+    reference = record("mlp.py", "--steps", "3", "--flip-step", "1")
+    code, report = hunt(
+        tmp_path / "h", str(SCRIPTS / "mlp.py"), "--steps", "3",
+        options=("--runs", "1", "--against", str(reference)),
+    )  # fmt: skip
+    assert code == 1 and report["zoom"]["reproduced"] is False
+    assert report["seen"] == "diverged in 1 of 1 pair"
+    assert report["report"]["run_a"] == str(reference)  # the hash-only pair is what is shown

@@ -1,0 +1,44 @@
+"""``diverge replay`` on a stable op and ``diverge show`` on dumped op records."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import Recorder, run_cli
+
+DUMPED = ("--granularity", "op", "--steps", "0:1", "--dump", "--include", "block*")
+ADDMM = "block.fc/aten.addmm.default"
+
+
+def test_replay_of_a_stable_op(record: Recorder) -> None:
+    run = record("mlp.py", "--steps", "1", options=DUMPED)
+    result = run_cli("replay", str(run), "--step", "0", "--op", ADDMM, "--times", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "stable" and data["distinct_outputs"] == 1
+    assert data["matches_recorded"] is True and data["times"] == 4
+    text = run_cli("replay", str(run), "--step", "0", "--op", ADDMM, "--times", "2").stdout
+    assert text.startswith("STABLE: 2 executions gave identical outputs on cpu")
+
+
+def test_replay_needs_dumps(record: Recorder) -> None:
+    run = record("mlp.py", "--steps", "1", options=("--granularity", "op"))
+    result = run_cli("replay", str(run), "--step", "0", "--op", ADDMM)
+    assert result.returncode == 2 and "were not dumped" in result.stderr
+
+
+def test_show_against_with_numeric_diff(record: Recorder) -> None:
+    flip = ("--steps", "2", "--flip-step", "0")
+    a = record("mlp.py", *flip, "--flip-bit", "0", options=DUMPED)
+    b = record("mlp.py", *flip, "--flip-bit", "1", options=DUMPED)
+    result = run_cli(
+        "show", str(a), "--against", str(b), "--step", "0", "--probe", "aten.bitwise_xor*",
+        "--json",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    records = json.loads(result.stdout)["records"]
+    output = next(r for r in records if r["a"]["kind"] == "op_output")
+    assert output["status"] == "differs" and output["dumped"]
+    assert output["numeric"]["mismatched"] == 1
+    text = run_cli("show", str(a), "--against", str(b), "--step", "0", "--probe", "block").stdout
+    assert "output 0  block  float32 [32, 32]" in text and "Mismatched elements: 1 / 1024" in text

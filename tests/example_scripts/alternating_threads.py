@@ -1,0 +1,52 @@
+"""Diverges between consecutive runs with the same command: the thread count alternates.
+
+    python tests/example_scripts/alternating_threads.py --counter PATH [--steps 2]
+
+Each run increments the integer in PATH and uses 1 thread on odd runs, 2 on even ones. The model
+is a Linear(1024, 64) with batch 32 (CPU torch sums it in another order with 1 and 2 threads),
+so runs 1 and 2 differ at step 0 in ``body.fc``'s ``aten.addmm`` and runs 3 and 4 differ again
+in the same place: ``diverge hunt``'s zoom reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class Body(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(1024, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--counter", required=True)
+    p.add_argument("--steps", type=int, default=2)
+    args = p.parse_args()
+    counter = Path(args.counter)
+    count = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(count))
+    torch.set_num_threads(1 if count % 2 else 2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 1024), Body(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+    for step in range(args.steps):
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        print(f"step {step} loss {loss.item():.8f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""Golden reports for each cause class, on small synthetic run pairs (framework-free).
+
+Each pair is written through the real :class:`Session` with fingerprints chosen by hand: run B
+changes one record (and the metadata) the way that cause would. Regenerate after an intended
+change with ``python tests/test_cause_goldens.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from divergence.compare.engine import compare_runs
+from divergence.compare.knowledge import match_cause
+from divergence.fingerprint import Algorithm
+from divergence.record.config import RecordConfig
+from divergence.record.session import Fingerprint, Session
+from divergence.report.terminal import render_text
+from divergence.store.schema import Kind, Phase
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "causes"
+CPU = {"framework": "torch", "devices": {"cuda": []}, "env": {}, "versions": {"torch": "2.13.0"}}
+CUDA = {**CPU, "devices": {"cuda": ["NVIDIA H100"]}}
+ADD = "emb/aten.index_add.default"
+
+# (phase, kind, name, slot); step 0 also records the initial parameter
+STEP = [
+    (Phase.RNG, Kind.RNG_STATE, "torch.cpu", 0),
+    (Phase.DATA, Kind.BATCH, "dataloader", 0),
+    (Phase.FORWARD, Kind.OP_INPUT, ADD, 0),
+    (Phase.FORWARD, Kind.OP_INPUT, ADD, 1),
+    (Phase.FORWARD, Kind.OP_OUTPUT, ADD, 0),
+    (Phase.FORWARD, Kind.OUTPUT, "emb", 0),
+    (Phase.BACKWARD, Kind.LOSS, "loss", 0),
+    (Phase.COMMUNICATION, Kind.COLLECTIVE_IN, "all_reduce/emb.weight", 0),
+    (Phase.COMMUNICATION, Kind.COLLECTIVE_OUT, "all_reduce/emb.weight", 0),
+    (Phase.OPTIMIZER, Kind.PARAM, "emb.weight", 0),
+]
+INIT = (Phase.INIT, Kind.PARAM, "emb.weight", 0)
+
+Change = tuple[int, str, Kind]  # (step, record name, kind) whose value run B changes
+STRUCTURE: list[Change] = [(-1, "structure", Kind.INVALID)]  # B takes another code path
+
+# case -> (meta of A, meta of B, the records B changes)
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], list[Change]]] = {
+    "environment": (CPU, {**CPU, "versions": {"torch": "2.12.0"}}, [(1, ADD, Kind.OP_OUTPUT)]),
+    "initialisation": (CPU, CPU, [(0, "emb.weight", Kind.PARAM)]),
+    "rng": (CPU, CPU, [(1, "torch.cpu", Kind.RNG_STATE), (1, ADD, Kind.OP_OUTPUT)]),
+    "data": (CPU, CPU, [(1, "dataloader", Kind.BATCH)]),
+    "compute_atomics": (CUDA, CUDA, [(1, ADD, Kind.OP_OUTPUT)]),
+    "compute_switch": (
+        {**CUDA, "determinism": {"torch.are_deterministic_algorithms_enabled": True}},
+        {**CUDA, "determinism": {"torch.are_deterministic_algorithms_enabled": False}},
+        [(1, ADD, Kind.OP_OUTPUT)],
+    ),
+    "communication": (
+        {**CPU, "env": {"NCCL_ALGO": "Ring"}},
+        {**CPU, "env": {"NCCL_ALGO": "Tree"}},
+        [(1, "all_reduce/emb.weight", Kind.COLLECTIVE_OUT)],
+    ),
+    "structure": (CPU, CPU, STRUCTURE),
+}
+
+
+def write_run(path: Path, meta: dict[str, Any], changes: list[Change]) -> Path:
+    session = Session(RecordConfig(output=str(path)), path)
+    session.metadata_providers.append(lambda: meta)
+    for step in range(3):
+        session.begin_event()
+        rows = [INIT, *STEP] if step == 0 else STEP
+        if changes is STRUCTURE and step == 1:
+            rows = [*STEP[:4], (Phase.FORWARD, Kind.OP_OUTPUT, "emb/aten.clamp.default", 0)]
+        for index, (phase, kind, name, slot) in enumerate(rows):
+            value = 1000 + index + ((step, name, kind) in changes)
+            fingerprint = Fingerprint(value, "float32", (4,), Algorithm.XXH3_64)
+            session.add(phase, kind, name, fingerprint, slot)
+        session.explicit_step()
+    session.finish()
+    return path
+
+
+def rendered(case: str, tmp: Path) -> str:
+    meta_a, meta_b, changes = CASES[case]
+    a = write_run(tmp / case / "a", meta_a, [])
+    b = write_run(tmp / case / "b", meta_b, changes)
+    text = render_text(compare_runs(a, b), width=100)
+    text = text.replace(str(a), "RUN_A").replace(str(b), "RUN_B")
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cause_report_matches_golden(case: str, tmp_path: Path) -> None:
+    assert rendered(case, tmp_path) == (GOLDEN / f"{case}.txt").read_text()
+
+
+EXPECTED = {
+    "environment": "environment",
+    "initialisation": "initialisation",
+    "rng": "rng",
+    "data": "data",
+    "compute_atomics": "compute",
+    "compute_switch": "compute",
+    "communication": "communication",
+    "structure": "structure",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_case_gets_its_class(case: str, tmp_path: Path) -> None:
+    first = rendered(case, tmp_path).splitlines()
+    cause = next(line for line in first if line.startswith("Likely cause: "))
+    assert cause == f"Likely cause: {EXPECTED[case]}"
+
+
+def test_nothing_known_says_so() -> None:
+    assert match_cause("value", "step_end", "x", [], "marker") is None
+
+
+if __name__ == "__main__":  # regenerate the golden files
+    import tempfile
+
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    for name in CASES if len(sys.argv) == 1 else sys.argv[1:]:
+        with tempfile.TemporaryDirectory() as tmp:
+            (GOLDEN / f"{name}.txt").write_text(rendered(name, Path(tmp)))
+        print(f"wrote {GOLDEN / name}.txt")
