@@ -54,7 +54,7 @@ def _natural(key: str) -> tuple[str, int]:
     return (key.rstrip("0123456789"), int(digits) if digits else 0)
 
 
-def _refuse_different_programs(a: RunFile, b: RunFile) -> None:
+def refuse_different_programs(a: RunFile, b: RunFile) -> None:
     script_a, script_b = _script(a.meta), _script(b.meta)
     if script_a != script_b:
         raise IncomparableRunsError(
@@ -261,7 +261,7 @@ def _propagation(records: np.ndarray, differs: np.ndarray) -> Propagation:
     )
 
 
-def _failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
+def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
     """A run whose recording stopped early matches only as far as it was recorded: say so."""
     notes = []
     for file_a, file_b in files:
@@ -275,7 +275,7 @@ def _failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
     return notes
 
 
-def _completeness_notes(processes: list[ProcessComparison]) -> list[str]:
+def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
     notes = []
     for p in processes:
         if p.first is None and p.rng_differences:

@@ -26,11 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from divergence.compare.engine import (
-    _completeness_notes,
-    _failure_notes,
-    _refuse_different_programs,
     compare_files,
+    completeness_notes,
+    failure_notes,
     pair_processes,
+    refuse_different_programs,
 )
 from divergence.compare.environment import environment_differences
 from divergence.compare.explain import classify
@@ -58,7 +58,7 @@ def compare_ranks(
     tolerant = len(pairs) > 1 or ranks is not None  # one bad rank must not hide the others
     for key, process_a, process_b in pairs:
         comparison.processes.append(_compare_pair(comparison, key, process_a, process_b, tolerant))
-    comparison.notes[:0] = _completeness_notes(comparison.processes)
+    comparison.notes[:0] = completeness_notes(comparison.processes)
     if len(comparison.processes) > 1:
         place_ranks(comparison)
     return comparison
@@ -127,7 +127,7 @@ def _compare_pair(
         return _unpaired(key, process_a, process_b, file_a, file_b)
     environment = environment_differences(file_a.meta, file_b.meta)
     if not comparison.processes:
-        _refuse_different_programs(file_a, file_b)
+        refuse_different_programs(file_a, file_b)
     known = {e.key for e in comparison.environment}
     comparison.environment.extend(e for e in environment if e.key not in known)
     result = compare_files(key, file_a, file_b)
@@ -139,7 +139,7 @@ def _compare_pair(
         ):
             explain_collective(first, file_a)
         first.cause, first.cause_text = classify(first, environment)
-    comparison.notes.extend(_failure_notes([(file_a, file_b)]))
+    comparison.notes.extend(failure_notes([(file_a, file_b)]))
     return result  # the files go out of scope here: one pair in memory at a time
 
 

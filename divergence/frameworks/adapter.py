@@ -62,6 +62,10 @@ class Instrumentation:
             s.resolvers[kind] = resolve
             self.undo.append(lambda: s.resolvers.__delitem__(kind))
 
+    def guarded_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, or None after stopping the recording if the recorder failed."""
+        return self.guard(fn)(*args)
+
     def guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
         """``hook`` that, on a recorder bug, says so once and stops recording (returns None)."""
 

@@ -151,17 +151,6 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
     ]
 
 
-def processes_table(c: Comparison) -> Table:
-    table = Table(box=None, padding=(0, 2), show_edge=False, header_style="dim")
-    for column in ("process", "steps A", "steps B", "first divergence"):
-        table.add_column(column)
-    for p in c.processes:
-        first = p.first
-        text = "identical" if first is None else f"step {first.step} {first.phase} {first.location}"
-        table.add_row(p.process, str(p.steps_a), str(p.steps_b), text)
-    return table
-
-
 def render_text(comparison: Comparison, width: int = WIDTH) -> str:
     """The report as plain text at a fixed width (golden tests, logs)."""
     console = Console(

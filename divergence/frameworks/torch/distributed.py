@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
 from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
@@ -57,11 +58,11 @@ def _tensors(value: object) -> list[torch.Tensor]:
     return []
 
 
-class DistributedProbes:
+class DistributedProbes(Instrumentation):
     """Owns the torch.distributed patches of one session; :meth:`remove` undoes them."""
 
     def __init__(self, session: Session) -> None:
-        self.session = session
+        super().__init__(session)
         self.calls: dict[str, int] = {}  # op -> calls in this step (names are op#count)
         self.waiting: dict[int, tuple[object, str, list[torch.Tensor]]] = {}  # id(work) ->
         self.buckets: list[tuple[int, str, torch.Tensor]] = []  # (seq, name, reduced) to write
@@ -70,7 +71,6 @@ class DistributedProbes:
         self.lock = threading.Lock()
         self.hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self.info: dict[str, Any] = {}
-        self.undo: list[Callable[[], None]] = []
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -80,13 +80,13 @@ class DistributedProbes:
             wrapped = self._wrap_collective(op, original)
             for owner in (dist, c10d):
                 if getattr(owner, op, None) is original:
-                    self._patch(owner, op, _constant(wrapped))
-        self._patch(c10d, "init_process_group", self._wrap_init)
-        self._patch(dist, "init_process_group", _constant(c10d.init_process_group))
-        self._patch(c10d, "destroy_process_group", self._wrap_destroy)
-        self._patch(dist, "destroy_process_group", _constant(c10d.destroy_process_group))
-        self._patch(c10d.Work, "wait", self._wrap_wait)
-        self._patch(torch.autograd, "backward", self._wrap_backward)
+                    self.patch(owner, op, _constant(wrapped))
+        self.patch(c10d, "init_process_group", self._wrap_init)
+        self.patch(dist, "init_process_group", _constant(c10d.init_process_group))
+        self.patch(c10d, "destroy_process_group", self._wrap_destroy)
+        self.patch(dist, "destroy_process_group", _constant(c10d.destroy_process_group))
+        self.patch(c10d.Work, "wait", self._wrap_wait)
+        self.patch(torch.autograd, "backward", self._wrap_backward)
         self._install_ddp()
         self.undo.append(register_optimizer_step_pre_hook(self._before_step).remove)
         s = self.session
@@ -99,28 +99,10 @@ class DistributedProbes:
     def _install_ddp(self) -> None:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        self._patch(DDP, "forward", self._wrap_ddp_forward)
-        self._patch(DDP, "register_comm_hook", self._wrap_register_comm_hook)
-        self._patch(DDP, "_register_builtin_comm_hook", self._wrap_builtin_hook)
+        self.patch(DDP, "forward", self._wrap_ddp_forward)
+        self.patch(DDP, "register_comm_hook", self._wrap_register_comm_hook)
+        self.patch(DDP, "_register_builtin_comm_hook", self._wrap_builtin_hook)
 
-    def remove(self) -> None:
-        while self.undo:
-            self.undo.pop()()
-
-    def _patch(self, owner: Any, attr: str, wrapper: Callable[[Any], Any]) -> None:
-        original = getattr(owner, attr)
-        setattr(owner, attr, wrapper(original))
-        self.undo.append(lambda: setattr(owner, attr, original))
-
-    def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """A recorder bug must not kill the training: say it once and stop recording."""
-        try:
-            return fn(*args)
-        except Exception as exc:
-            self.session.fail(f"{getattr(fn, '__name__', 'distributed')}: {exc!r}")
-            return None
-
-    # --- records --------------------------------------------------------------------------
     def _add(self, kind: Kind, name: str, tensors: list[torch.Tensor]) -> None:
         s = self.session
         if not s.begin_event() or not s.wants(name):
@@ -145,10 +127,12 @@ class DistributedProbes:
 
         @functools.wraps(original)
         def collective(*args: Any, **kwargs: Any) -> Any:
-            call = probes._guarded(probes._before_collective, op, signature, args, kwargs, source)
+            call = probes.guarded_call(
+                probes._before_collective, op, signature, args, kwargs, source
+            )
             result = original(*args, **kwargs)
             if call is not None:
-                probes._guarded(probes._after_collective, call, target, result)
+                probes.guarded_call(probes._after_collective, call, target, result)
             return result
 
         return collective
@@ -184,7 +168,7 @@ class DistributedProbes:
         def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
             done = original(work, *args, **kwargs)
             if probes.waiting:
-                probes._guarded(probes._completed, work)
+                probes.guarded_call(probes._completed, work)
             return done
 
         return wait
@@ -205,9 +189,9 @@ class DistributedProbes:
             self._add(Kind.COLLECTIVE_OUT, name, outputs)
 
     def _before_step(self, *_: Any) -> None:
-        self._guarded(self._flush_buckets)
+        self.guarded_call(self._flush_buckets)
         if self.waiting:
-            self._guarded(self._flush_waiting)
+            self.guarded_call(self._flush_waiting)
 
     # --- DDP buckets ----------------------------------------------------------------------
     def _wrap_ddp_forward(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -216,7 +200,7 @@ class DistributedProbes:
         @functools.wraps(original)
         def forward(ddp: Any, *args: Any, **kwargs: Any) -> Any:
             if ddp not in probes.hooked:  # DDP allows one comm hook: take it at the last moment
-                probes._guarded(probes._hook_ddp, ddp)
+                probes.guarded_call(probes._hook_ddp, ddp)
             return original(ddp, *args, **kwargs)
 
         return forward
@@ -260,7 +244,7 @@ class DistributedProbes:
         @functools.wraps(hook)
         def bucket_hook(state, bucket):  # no annotations: DDP checks them against its own
             name = f"ddp.bucket{bucket.index()}"
-            probes._guarded(probes._add, Kind.COLLECTIVE_IN, name, [bucket.buffer()])
+            probes.guarded_call(probes._add, Kind.COLLECTIVE_IN, name, [bucket.buffer()])
             seq, probes.bucket_seq = probes.bucket_seq, probes.bucket_seq + 1
             probes.in_bucket_hook = True
             try:
@@ -285,7 +269,7 @@ class DistributedProbes:
         def backward(*args: Any, **kwargs: Any) -> Any:
             result = original(*args, **kwargs)
             if probes.buckets:  # DDP waited for every bucket before backward returned
-                probes._guarded(probes._flush_buckets)
+                probes.guarded_call(probes._flush_buckets)
             return result
 
         return backward
@@ -303,7 +287,7 @@ class DistributedProbes:
         @functools.wraps(original)
         def init_process_group(*args: Any, **kwargs: Any) -> Any:
             result = original(*args, **kwargs)
-            probes._guarded(probes._initialised, kwargs)
+            probes.guarded_call(probes._initialised, kwargs)
             return result
 
         return init_process_group
@@ -319,7 +303,7 @@ class DistributedProbes:
 
         @functools.wraps(original)
         def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
-            probes._guarded(probes.metadata)  # keep what is known for the closing refresh
+            probes.guarded_call(probes.metadata)  # keep what is known for the closing refresh
             return original(*args, **kwargs)
 
         return destroy_process_group

@@ -41,6 +41,7 @@ from torch.optim.optimizer import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
+from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.calls import encode_call
 from divergence.frameworks.torch.fingerprint import dtype_name, fingerprint_tensor, to_host
 from divergence.record.session import Fingerprint, Session
@@ -64,14 +65,14 @@ UNINITIALISED = frozenset(
 CACHE_LIMIT = 8192
 
 
-class OpRecorder:
+class OpRecorder(Instrumentation):
     """Owns the dispatch mode and the hooks that attribute ops; :meth:`remove` undoes them.
 
     ``recorder`` is the module-level :class:`TorchRecorder` (its module stack and names).
     """
 
     def __init__(self, session: Session, recorder: Any) -> None:
-        self.session = session
+        super().__init__(session)
         self.recorder = recorder
         self.mode = _Mode(self)
         self.active = False
@@ -84,7 +85,6 @@ class OpRecorder:
         self.names: dict[tuple[str, Any], str] = {}
         self.garbage: set[int] = set()  # storage pointers of uninitialised memory
         self.cache: dict[int, tuple[Any, int, Fingerprint]] = {}
-        self.undo: list[Callable[[], None]] = []
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -110,8 +110,7 @@ class OpRecorder:
 
     def remove(self) -> None:
         self._exit_mode()
-        while self.undo:
-            self.undo.pop()()
+        super().remove()
 
     def paused_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -29,6 +29,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader
 
+from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch import distributed
 from divergence.frameworks.torch.fingerprint import (
     PendingSum,
@@ -56,11 +57,11 @@ def tensors_of(value: object) -> list[torch.Tensor]:
     return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
-class TorchRecorder:
+class TorchRecorder(Instrumentation):
     """Owns every hook and patch; :meth:`remove` undoes them in reverse order."""
 
     def __init__(self, session: Session) -> None:
-        self.session = session
+        super().__init__(session)
         self.module_names: weakref.WeakKeyDictionary[torch.nn.Module, str] = (
             weakref.WeakKeyDictionary()
         )
@@ -69,52 +70,29 @@ class TorchRecorder:
         self.stack: list[str] = []
         self.cache: dict[int, tuple[Any, int, Fingerprint]] = {}
         self.stepped_this_step: set[int] = set()
-        self.undo: list[Callable[[], None]] = []
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
         s = self.session
         for handle in (
-            register_module_forward_pre_hook(self._guard(self.before_forward)),
-            register_module_forward_hook(self._guard(self.after_forward), always_call=True),
-            register_optimizer_step_post_hook(self._guard(self.after_optimizer_step)),
+            register_module_forward_pre_hook(self.guard(self.before_forward)),
+            register_module_forward_hook(self.guard(self.after_forward), always_call=True),
+            register_optimizer_step_post_hook(self.guard(self.after_optimizer_step)),
         ):
             self.undo.append(handle.remove)
-        self._patch(torch.Tensor, "backward", self._wrap_backward)
-        self._patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
-        self._patch(torch, "manual_seed", functools.partial(self._wrap_seed, "torch.manual_seed"))
-        self._patch(random, "seed", functools.partial(self._wrap_seed, "random.seed"))
-        self._patch(np.random, "seed", functools.partial(self._wrap_seed, "numpy.random.seed"))
-        s.on_step_start.append(self.at_step_start)
-        s.metadata_providers.append(torch_metadata)
-        s.probe_handlers.insert(0, self.probe)
-        s.resolvers[PendingSum] = resolve_pending
+        self.patch(torch.Tensor, "backward", self._wrap_backward)
+        self.patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
+        self.patch(torch, "manual_seed", functools.partial(self._wrap_seed, "torch.manual_seed"))
+        self.patch(random, "seed", functools.partial(self._wrap_seed, "random.seed"))
+        self.patch(np.random, "seed", functools.partial(self._wrap_seed, "numpy.random.seed"))
+        self.register(
+            step_start=self.at_step_start,
+            metadata=torch_metadata,
+            probe=self.probe,
+            pending=(PendingSum, resolve_pending),
+        )
         self.undo.append(distributed.install(s))  # collectives, DDP buckets, rank metadata
-        self.undo.append(lambda: s.on_step_start.remove(self.at_step_start))
-        self.undo.append(lambda: s.probe_handlers.remove(self.probe))
         return self.remove
-
-    def remove(self) -> None:
-        while self.undo:
-            self.undo.pop()()
-
-    def _patch(self, owner: Any, attr: str, wrapper: Callable[[Callable[..., Any]], Any]) -> None:
-        original = getattr(owner, attr)
-        setattr(owner, attr, wrapper(original))
-        self.undo.append(lambda: setattr(owner, attr, original))
-
-    def _guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
-        """A recorder bug must not kill the training: say it once and stop recording."""
-
-        @functools.wraps(hook)
-        def guarded(*args: Any) -> Any:
-            try:
-                return hook(*args)
-            except Exception as exc:
-                self.session.fail(f"{hook.__name__}: {type(exc).__name__}: {exc}")
-                return None
-
-        return guarded
 
     # --- naming ---------------------------------------------------------------------------
     def _name_of(self, module: torch.nn.Module) -> str:
@@ -140,7 +118,7 @@ class TorchRecorder:
                 self.param_names[id(param)] = prefix + path
                 self.undo.append(
                     param.register_post_accumulate_grad_hook(
-                        self._guard(self.after_grad_accumulated)
+                        self.guard(self.after_grad_accumulated)
                     ).remove
                 )
         if self.session.begin_event():
@@ -271,7 +249,7 @@ class TorchRecorder:
 
         @functools.wraps(original)
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            recorder._guard(recorder.record_loss)(tensor)
+            recorder.guard(recorder.record_loss)(tensor)
             return original(tensor, *args, **kwargs)
 
         return backward
@@ -286,7 +264,7 @@ class TorchRecorder:
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
             batch = original(iterator)
-            recorder._guard(recorder.record_batch)(batch)
+            recorder.guard(recorder.record_batch)(batch)
             return batch
 
         return __next__
