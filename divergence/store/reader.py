@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from divergence.errors import CorruptRunError, IncompatibleVersionError, NotARun
 from divergence.store.schema import (
     FORMAT_MARKER,
     FORMAT_VERSION,
+    RECORD_DTYPE,
     RECORDS,
     STRINGS,
     TENSORS,
@@ -26,7 +26,19 @@ from divergence.store.schema import (
 )
 
 STRING_FIELDS = ("name", "dtype", "shape", "note")
+# What h5py raises on damaged files (seen with single-byte flips and truncations); anything else
+# is a bug in diverge and must show as one.
+DAMAGE_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, MemoryError)
 
+_OFFSET = RECORD_DTYPE.fields["name"][1] if RECORD_DTYPE.fields else 0
+_STRING_IDS = np.dtype(
+    {
+        "names": ["ids"],
+        "formats": [("<u4", (4,))],
+        "offsets": [_OFFSET],
+        "itemsize": RECORD_DTYPE.itemsize,
+    }
+)
 HINT_CORRUPT = "the file is damaged or truncated; record the run again"
 
 
@@ -41,6 +53,7 @@ class RunFile:
     end: dict[str, Any] | None
     exit_status: int | None
     torn_rows: int  # rows after the last completed step (a killed writer)
+    steps: np.ndarray  # completed step numbers, in order (a step may end several blocks)
     dumped_rows: frozenset[int] = field(default_factory=frozenset)
 
     @classmethod
@@ -53,7 +66,7 @@ class RunFile:
             raise
         except FileNotFoundError as exc:
             raise CorruptRunError(f"{path}: file not found") from exc
-        except Exception as exc:  # HDF5 reports damage as OSError, RuntimeError, TypeError, ...
+        except DAMAGE_ERRORS as exc:
             raise CorruptRunError(
                 f"{path}: cannot read HDF5 ({_short(exc)})", hint=HINT_CORRUPT
             ) from exc
@@ -75,9 +88,10 @@ class RunFile:
             )
         raw = file[RECORDS][()]
         strings = [s.decode() if isinstance(s, bytes) else str(s) for s in file[STRINGS][()]]
-        complete = _complete_prefix(raw)
+        ends = np.flatnonzero(raw["kind"] == Kind.STEP_END)
+        complete = _complete_prefix(raw, ends)
         records = raw[:complete]
-        if records.size and max(int(records[f].max()) for f in STRING_FIELDS) >= len(strings):
+        if records.size and int(_string_ids(records).max()) >= len(strings):
             raise CorruptRunError(
                 f"{path}: records name strings that are missing", hint=HINT_CORRUPT
             )
@@ -89,6 +103,7 @@ class RunFile:
             end=json.loads(file.attrs["end"]) if "end" in file.attrs else None,
             exit_status=int(file.attrs["exit_status"]) if "exit_status" in file.attrs else None,
             torn_rows=int(raw.size - complete),
+            steps=np.unique(raw["step"][ends[ends < complete]]),
             dumped_rows=frozenset(int(k) for k in file[TENSORS] if int(k) < complete),
         )
 
@@ -96,13 +111,6 @@ class RunFile:
     def complete(self) -> bool:
         """True when the process closed the file itself (it was not killed)."""
         return self.end is not None
-
-    @cached_property
-    def steps(self) -> np.ndarray:
-        """The completed step numbers, in order (a step may end in several blocks: optimizers
-        that step back to back append to it)."""
-        ends = self.records["kind"] == Kind.STEP_END
-        return np.unique(self.records["step"][ends])
 
     @property
     def steps_complete(self) -> int:
@@ -126,9 +134,14 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         return dict(json.loads(file.attrs.get("meta", "{}")))
 
 
-def _complete_prefix(raw: np.ndarray) -> int:
-    """Rows up to and including the last genuine end-of-step marker."""
-    ends = np.flatnonzero(raw["kind"] == Kind.STEP_END)
+def _string_ids(records: np.ndarray) -> np.ndarray:
+    """The four string-id fields (name, dtype, shape, note: adjacent in a record) as one
+    (n, 4) view, so validating them is one pass over the records instead of four."""
+    return records.view(_STRING_IDS)["ids"]
+
+
+def _complete_prefix(raw: np.ndarray, ends: np.ndarray) -> int:
+    """Rows up to and including the last genuine end-of-step marker (``ends``: marker rows)."""
     for index in ends[::-1]:
         if int(raw["fp"][index]) == step_end_fp(int(raw["step"][index])):
             return int(index) + 1
