@@ -13,14 +13,13 @@ import importlib.util
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from common import QUICK, emit, median, spread
+from common import QUICK, emit, median, spread, timed_steps
 from torch import nn
 
 import divergence
@@ -49,15 +48,6 @@ def make_step(model: nn.Module) -> Callable[[], None]:
         optimizer.step()
 
     return step
-
-
-def timed_steps(step: Callable[[], None], n: int) -> list[float]:
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 import torch
 import xxhash
-from common import QUICK, emit, median, spread, timed
+from common import QUICK, emit, median, spread, timed, timed_steps
 from torch import nn
 
 import divergence
@@ -100,15 +100,6 @@ def make_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[]
     return step
 
 
-def run_block(step: Callable[[], None], n: int) -> list[float]:
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def measure(
     label: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor, blocks: int, steps: int
 ) -> dict[str, object]:
@@ -126,7 +117,7 @@ def measure(
             out = root / f"block{index}"
             recorder = divergence.Recorder(out)
             with recorder:
-                times = run_block(step, n)
+                times = timed_steps(step, n)
                 exit_start = time.perf_counter()
             exits.append(time.perf_counter() - exit_start)
             session = recorder.session
@@ -143,13 +134,13 @@ def measure(
             return times
 
         # warm-up: both variants (allocator, kernels, lazy imports of the recorder)
-        run_block(step, 3)
+        timed_steps(step, 3)
         recorded_block(-1, 3)
         for index in range(blocks):
             order = ("plain", "recorded") if index % 2 == 0 else ("recorded", "plain")
             for variant in order:
                 if variant == "plain":
-                    plain += run_block(step, steps)
+                    plain += timed_steps(step, steps)
                 else:
                     times = recorded_block(index, steps)
                     first_recorded.append(times[0])

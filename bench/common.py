@@ -42,6 +42,16 @@ def emit(
     print(json.dumps(line, default=str), flush=True)
 
 
+def timed_steps(step: Callable[[], object], n: int) -> list[float]:
+    """Seconds of each of ``n`` calls of ``step``."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,14 @@ class Probe:
             if self.slot
             else (f"{self.kind.replace('_', ' ')} of {self.name}")
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON: the fingerprint as 16 hex digits, the shape as a list."""
+        return {
+            **asdict(self),
+            "fingerprint": f"{self.fingerprint:016x}",
+            "shape": list(self.shape),
+        }
 
     @property
     def type_text(self) -> str:

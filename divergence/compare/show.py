@@ -46,28 +46,13 @@ class Shown:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "a": _probe_json(self.a),
-            "b": _probe_json(self.b) if self.b is not None else None,
+            "a": self.a.to_json(),
+            "b": self.b.to_json() if self.b is not None else None,
             "status": self.status,
             "dumped": self.dumped,
             "note": self.note,
             "numeric": self.numeric.to_json() if self.numeric is not None else None,
         }
-
-
-def _probe_json(p: Probe) -> dict[str, Any]:
-    return {
-        "row": p.row,
-        "step": p.step,
-        "phase": p.phase,
-        "kind": p.kind,
-        "name": p.name,
-        "slot": p.slot,
-        "dtype": p.dtype,
-        "shape": list(p.shape),
-        "fingerprint": f"{p.fingerprint:016x}",
-        "skipped": p.skipped,
-    }
 
 
 def show_probes(

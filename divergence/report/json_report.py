@@ -43,19 +43,10 @@ def divergence_json(d: Divergence) -> dict[str, Any]:
         "rank": d.process,
         "cause": d.cause,
         "cause_text": d.cause_text,
-        "a": _probe(d.a),
-        "b": _probe(d.b),
+        "a": d.a.to_json() if d.a else None,
+        "b": d.b.to_json() if d.b else None,
         "numeric": d.numeric.to_json() if d.numeric is not None else None,
     }
-
-
-def _probe(probe: Any) -> dict[str, Any] | None:
-    if probe is None:
-        return None
-    data = asdict(probe)
-    data["fingerprint"] = f"{probe.fingerprint:016x}"
-    data["shape"] = list(probe.shape)
-    return data
 
 
 def process_json(p: ProcessComparison) -> dict[str, Any]:
