@@ -16,7 +16,16 @@ from divergence.report.terminal import render_text
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
-PAIRS = ("identical", "threads", "init", "data_order", "truncated", "keras/onednn", "keras/flip")
+PAIRS = (
+    "identical",
+    "threads",
+    "init",
+    "data_order",
+    "truncated",
+    "keras/onednn",
+    "keras/tfdata",
+    "keras/flip",
+)
 
 
 def pair_paths(pair: str) -> tuple[str, str]:

@@ -246,10 +246,10 @@ def _propagation(records: np.ndarray, differs: np.ndarray) -> Propagation:
     step, kind = records["step"], records["kind"]
     first_step = int(step[np.argmax(differs)])
     loss_rows = np.flatnonzero(differs & (kind == Kind.LOSS))
-    final_step = int(step[-1]) if step.size else 0
-    final_params = (
-        (step == final_step) & (kind == Kind.PARAM) & (records["phase"] == Phase.OPTIMIZER)
-    )
+    updates = (kind == Kind.PARAM) & (records["phase"] == Phase.OPTIMIZER)
+    # the last step that updated parameters (records after the last optimizer step open another)
+    final_step = int(step[updates][-1]) if updates.any() else int(step[-1]) if step.size else 0
+    final_params = (step == final_step) & updates
     return Propagation(
         differing_records=int(differs.sum()),
         differing_in_first_step=int((differs & (step == first_step)).sum()),

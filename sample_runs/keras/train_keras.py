@@ -10,6 +10,8 @@ flipped at one training step, in-graph).
 from __future__ import annotations
 
 import argparse
+import random
+import time
 
 import keras
 import numpy as np
@@ -97,6 +99,29 @@ def build(style: str, flip_step: int) -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(CLASSES, activation="softmax")(x))
 
 
+def nondeterministic_dataset(x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
+    """Batches from four shards read by a parallel interleave with ``deterministic=False``:
+    elements come out in the order the readers deliver them, and a tiny random delay per element
+    (as real I/O latency gives) makes that order differ on every run. (A parallel ``map`` with
+    ``deterministic=False`` kept its order here: the interleave is what reorders.)"""
+
+    def jitter(a: tf.Tensor) -> tf.Tensor:
+        time.sleep(random.random() / 500)  # latency only: the model never sees this randomness
+        return a
+
+    def load(xi: tf.Tensor, yi: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        xi = tf.py_function(jitter, [xi], tf.float32)
+        xi.set_shape([FEATURES])
+        return xi, yi
+
+    def shard(index: tf.Tensor) -> tf.data.Dataset:
+        return tf.data.Dataset.from_tensor_slices((x, y)).shard(4, index).map(load)
+
+    shards = tf.data.Dataset.range(4)
+    mixed = shards.interleave(shard, cycle_length=4, num_parallel_calls=4, deterministic=False)
+    return mixed.batch(BATCH)
+
+
 def data(steps: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(1234)
     x = rng.standard_normal((steps * BATCH, FEATURES)).astype(np.float32)
@@ -144,6 +169,11 @@ def main() -> None:
         action="store_true",
         help="build a throwaway model first: Keras' auto-numbered names shift",
     )
+    parser.add_argument(
+        "--tfdata-nondeterministic",
+        action="store_true",
+        help="feed fit from tf.data with map(..., deterministic=False): differs on every run",
+    )
     args = parser.parse_args()
 
     if args.warmup:
@@ -159,7 +189,10 @@ def main() -> None:
             jit_compile=args.jit,
             steps_per_execution=args.steps_per_execution,
         )
-        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        if args.tfdata_nondeterministic:
+            model.fit(nondeterministic_dataset(x, y), epochs=1, verbose=0)
+        else:
+            model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     else:
         train_with_tape(model, x, y, args)
     if args.save:

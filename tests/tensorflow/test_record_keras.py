@@ -27,6 +27,8 @@ RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "eager_flip": (("--loop", "eager", "--model", "subclassed", *FLIP), {}),
     "onednn_off": ((), {"TF_ENABLE_ONEDNN_OPTS": "0"}),
     "per_execution": (("--steps-per-execution", "2"), {}),
+    "tfdata_1": (("--tfdata-nondeterministic",), {}),
+    "tfdata_2": (("--tfdata-nondeterministic",), {}),
 }
 PLAIN = {
     "fit": ("--save", "{dir}/fit_plain.npz"),
@@ -118,3 +120,20 @@ def test_notes_say_what_xla_and_steps_per_execution_change(keras_cli: Any, runs:
     per_execution = Run.open(runs / "per_execution").processes[0].load()
     assert any("steps_per_execution=2" in note for note in per_execution.meta["notes"])
     assert int(per_execution.records["step"].max()) == 2  # 6 batches in 3 executions
+
+
+def test_tf_data_with_deterministic_false_is_a_data_divergence(
+    keras_cli: Any, runs: Path, tmp_path: Path
+) -> None:
+    # It differs on every run; should two runs deliver the same order by chance, record again.
+    a, b = runs / "tfdata_1", runs / "tfdata_2"
+    code, report = keras_cli.compare(a, b)
+    for attempt in range(2):
+        if code == 1:
+            break
+        b = keras_cli.record(tmp_path / f"again{attempt}", ("--tfdata-nondeterministic",))
+        code, report = keras_cli.compare(a, b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["phase"], first["kind"], first["cause"]) == ("data", "batch", "data")
+    assert "deterministic=True" in first["cause_text"]
