@@ -19,6 +19,11 @@ for pair in identical threads init data_order truncated; do
     diverge compare "sample_runs/$pair/a" "sample_runs/$pair/b"
     echo "(exit status $?)"
 done
+for pair in onednn tfdata flip; do
+    banner "Bundled Keras pair: diverge compare sample_runs/keras/${pair}_a sample_runs/keras/${pair}_b"
+    diverge compare "sample_runs/keras/${pair}_a" "sample_runs/keras/${pair}_b"
+    echo "(exit status $?)"
+done
 banner "diverge info sample_runs/truncated/b"
 diverge info sample_runs/truncated/b
 exit 0
