@@ -86,13 +86,18 @@ def test_unseeded_initialisation_is_classified(record: Recorder) -> None:
 
 
 def test_thread_count_divergence_names_the_environment(record: Recorder) -> None:
-    a = record("mlp.py", "--threads", "1")
-    b = record("mlp.py", "--threads", "2")
+    # Linear(1024, 1024) with batch 32: wide enough that 1 and 2 threads sum in another order
+    a = record("mlp.py", "--hidden", "1024", "--threads", "1")
+    b = record("mlp.py", "--hidden", "1024", "--threads", "2")
     code, report = compare_json(a, b)
     keys = {e["key"] for e in report["environment_differences"]}
     assert "threads.torch.get_num_threads" in keys and "argv" in keys
-    if code == 1:  # a tiny model may not show the reduction-order effect; the sample model does
-        assert report["first_divergence"]["cause"] == "compute"
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["location"], first["origin"]) == (
+        0, "forward", "block.fc", True,
+    )  # fmt: skip
+    assert first["cause"] == "environment" and "thread count" in first["cause_text"]
 
 
 def test_dumped_tensors_give_a_numeric_diff(record: Recorder) -> None:

@@ -48,7 +48,7 @@ def test_thread_count_divergence_is_found_at_the_addmm(record: Recorder) -> None
     assert (first["step"], first["phase"], first["kind"]) == (0, "forward", "op_output")
     assert first["location"] == "block.fc/aten.addmm.default" and first["slot"] == 0
     assert first["origin"] is True and "its inputs matched" in first["origin_text"]
-    assert first["cause"] == "compute" and "thread count" in first["cause_text"]
+    assert first["cause"] == "environment" and "thread count" in first["cause_text"]
 
 
 def test_planted_change_in_a_modules_own_code_is_found_at_its_op(record: Recorder) -> None:

@@ -83,7 +83,7 @@ def test_dumps_show_the_flipped_element(keras_cli: Any, runs: Path) -> None:
     assert (numeric["mismatched"], numeric["abs_diff_index"], numeric["max_ulp"]) == (1, [0, 0], 1)
 
 
-def test_onednn_opts_off_is_a_real_compute_divergence(keras_cli: Any, runs: Path) -> None:
+def test_onednn_off_is_a_real_environment_divergence(keras_cli: Any, runs: Path) -> None:
     code, report = keras_cli.compare(runs / "fit", runs / "onednn_off")
     first = report["first_divergence"]
     assert code == 1
@@ -91,6 +91,7 @@ def test_onednn_opts_off_is_a_real_compute_divergence(keras_cli: Any, runs: Path
         0, "forward", "output", True,
     )  # fmt: skip
     assert any(e["key"] == "env.TF_ENABLE_ONEDNN_OPTS" for e in report["environment_differences"])
+    assert first["cause"] == "environment" and "oneDNN" in first["cause_text"]
 
 
 @pytest.mark.parametrize("mode", ["fit", "xla"])
