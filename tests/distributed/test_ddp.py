@@ -95,6 +95,8 @@ def test_each_rank_has_its_file_with_distributed_metadata(runs: dict[str, Path])
         }
         assert {("ddp.bucket0", "collective_in"), ("ddp.bucket0", "collective_out")} <= names
         assert {("all_reduce#0", "collective_in"), ("all_reduce#0", "collective_out")} <= names
+        for op in ("all_gather#0", "reduce_scatter#0"):
+            assert {(op, "collective_in"), (op, "collective_out")} <= names
         # a broadcast's input is data only on its source rank
         assert (("broadcast#0", "collective_in") in names) == (rank == 0)
 

@@ -93,6 +93,11 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
         loss.backward()
         logged = loss.detach().clone()
         dist.all_reduce(logged, async_op=True).wait()  # the mean loss, for logging
+        # per-rank statistics, gathered and scattered back (exercises the other collectives)
+        stats = torch.cat([loss.detach().reshape(1), out.detach().abs().mean().reshape(1)])
+        gathered = [torch.zeros_like(stats) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, stats)
+        dist.reduce_scatter(torch.zeros_like(stats), gathered)
         optimizer.step()
         if rank == args.kill_rank and step == args.kill_step:
             os.kill(os.getpid(), signal.SIGKILL)
