@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import SCRIPTS, Recorder, compare_json
 
 OP = ("--granularity", "op")
@@ -65,7 +63,8 @@ def test_planted_change_in_a_modules_own_code_is_found_at_its_op(record: Recorde
 
 
 def test_uninitialised_memory_is_recorded_as_skipped(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     import divergence
     from divergence.store.run import Run
     from divergence.store.schema import Kind
