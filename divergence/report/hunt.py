@@ -17,7 +17,7 @@ from rich.text import Text
 from divergence.compare.explain import split_op_name
 from divergence.record.hunt import Hunt
 from divergence.report.json_report import comparison_json
-from divergence.report.terminal import ComparisonReport, indented, section
+from divergence.report.terminal import ComparisonReport, indented, key_value_table, section
 
 SCHEMA = "diverge.hunt/1"
 
@@ -29,7 +29,7 @@ class HuntReport:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         h = self.hunt
         yield Text(verdict(h), style="bold red" if h.diverged else "bold green")
-        yield indented(summary_lines(h))
+        yield key_value_table(summary_rows(h))
         report = h.report
         if report is not None:
             yield section("Report" + (" (op level)" if h.zoom is not None and h.reproduced else ""))
@@ -54,12 +54,12 @@ def verdict(h: Hunt) -> str:
     return f"DIVERGED at step {d.step}, {d.phase}: {where} [{origin}]; cause: {d.cause}"
 
 
-def summary_lines(h: Hunt) -> list[str]:
-    lines = [f"command   {shlex.join(h.command)}"]
+def summary_rows(h: Hunt) -> list[tuple[str, str]]:
+    rows = [("command", shlex.join(h.command))]
     against = f" against {_short(h.against)}" if h.against is not None else ""
-    lines.append(f"hash-only {len(h.recorded)} run(s){against}: {h.seen()}")
+    rows.append(("hash-only", f"{len(h.recorded)} run(s){against}: {h.seen()}"))
     if h.zoom_skipped:
-        lines.append(f"zoom      not needed: {h.zoom_skipped}")
+        rows.append(("zoom", f"not needed: {h.zoom_skipped}"))
     elif h.zoom is not None and h.zoom_config is not None:
         config = h.zoom_config
         scope = ", ".join(config.include) if config.include else "every module"
@@ -69,8 +69,8 @@ def summary_lines(h: Hunt) -> list[str]:
             else "did NOT diverge: the divergence is intermittent (it "
             f"{h.seen()} hash-only, 0 of 1 at op level); the report shows the hash-only run"
         )
-        lines.append(f"zoom      op level, step {config.steps.start}, {scope}: {outcome}")
-    return lines
+        rows.append(("zoom", f"op level, step {config.steps.start}, {scope}: {outcome}"))
+    return rows
 
 
 def inspect_commands(h: Hunt) -> list[str]:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.padding import Padding
@@ -97,10 +97,15 @@ def indented(lines: list[str]) -> Padding:
 
 
 def divergence_table(d: Divergence) -> Table:
+    return key_value_table(divergence_rows(d))
+
+
+def key_value_table(rows: Iterable[tuple[str, str]]) -> Table:
+    """Dim keys and values that wrap inside their own column."""
     table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
     table.add_column(style="dim", no_wrap=True)
     table.add_column(overflow="fold", max_width=84)
-    for key, value in divergence_rows(d):
+    for key, value in rows:
         table.add_row(key, value)
     return table
 
