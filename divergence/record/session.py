@@ -30,7 +30,7 @@ import numpy as np
 from divergence.fingerprint import Algorithm
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
-from divergence.store.schema import RECORD_DTYPE, Kind, Phase, shape_text
+from divergence.store.schema import RECORD_DTYPE, Kind, Phase, Status, shape_text
 from divergence.store.writer import Dump, RunFileWriter
 
 AUTO_FORWARD_LIMIT = 64
@@ -221,7 +221,7 @@ class Session:
                 phase,
                 kind,
                 algo,
-                1 if skipped else 0,
+                Status.SKIPPED if skipped else Status.OK,
                 dump is not None,
             )
         )

@@ -6,7 +6,6 @@ comparison, and the commands to inspect the runs it kept.
 
 from __future__ import annotations
 
-import io
 import shlex
 from pathlib import Path
 from typing import Any
@@ -115,14 +114,6 @@ def hunt_json(h: Hunt) -> dict[str, Any]:
         "report": comparison_json(report) if report is not None else None,
         "commands": inspect_commands(h),
     }
-
-
-def render_hunt(h: Hunt, width: int = 100) -> str:
-    console = Console(
-        width=width, record=True, color_system=None, force_terminal=False, file=io.StringIO()
-    )
-    console.print(HuntReport(h))
-    return console.export_text()
 
 
 def _short(path: Path) -> str:

@@ -94,7 +94,6 @@ RECORD_DTYPE = np.dtype(
         ("dump", "u1"),  # 1 when tensors/<row> holds a full copy
     ]
 )
-RECORD_FIELDS = RECORD_DTYPE.names
 MAX_DIMS = 8  # used by in-graph probe tables (frameworks/tensorflow)
 
 

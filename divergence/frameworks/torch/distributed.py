@@ -47,7 +47,6 @@ COLLECTIVES = {
     "reduce_scatter": ("input_list", "output"),
     "reduce_scatter_tensor": ("input", "output"),
 }
-DDP_HOOK = "diverge"  # how a wrapped comm hook is named in the metadata
 
 
 def _tensors(value: object) -> list[torch.Tensor]:

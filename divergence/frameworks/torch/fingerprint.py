@@ -9,6 +9,7 @@ False
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import numpy as np
 import torch
@@ -75,6 +76,37 @@ def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
             return _fingerprint_host(t.int_repr(), extra, name)
         return _fingerprint_device(t.int_repr(), name, shape, extra)
     return _fingerprint_device(t, name, shape, "")
+
+
+class FingerprintCache:
+    """Fingerprints by tensor identity and version: a module's (or op's) input is usually the
+    output fingerprinted just before. Weak references, so a reused ``id`` never hits."""
+
+    LIMIT = 8192
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], int, Fingerprint]] = {}
+
+    def get(self, t: torch.Tensor, cached: bool = True) -> Fingerprint:
+        """``cached=False`` around in-place ops: autograd bumps the version only after the
+        kernel returns, so one version names the value before and after the op."""
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return fingerprint_tensor(t)
+        if cached:
+            hit = self._entries.get(id(t))
+            if hit is not None and hit[1] == version and hit[0]() is t:
+                return hit[2]
+        result = fingerprint_tensor(t)
+        if cached:
+            if len(self._entries) > self.LIMIT:
+                self._entries.clear()
+            self._entries[id(t)] = (weakref.ref(t), version, result)
+        return result
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprint:

@@ -43,7 +43,11 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.calls import encode_call
-from divergence.frameworks.torch.fingerprint import dtype_name, fingerprint_tensor, to_host
+from divergence.frameworks.torch.fingerprint import (
+    FingerprintCache,
+    dtype_name,
+    to_host,
+)
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import Kind, Phase
 
@@ -62,7 +66,6 @@ UNINITIALISED = frozenset(
         "_empty_per_channel_affine_quantized",
     }
 )
-CACHE_LIMIT = 8192
 
 
 class OpRecorder(Instrumentation):
@@ -84,7 +87,7 @@ class OpRecorder(Instrumentation):
         self.region_grad: Callable[[], torch.Tensor | None] = _none
         self.names: dict[tuple[str, Any], str] = {}
         self.garbage: set[int] = set()  # storage pointers of uninitialised memory
-        self.cache: dict[int, tuple[Any, int, Fingerprint]] = {}
+        self.cache = FingerprintCache()
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -253,27 +256,8 @@ class OpRecorder(Instrumentation):
         if self.garbage and _storage(t) in self.garbage:
             s.add(phase, kind, name, _skip(t, "uninitialised memory: not compared"), slot, note)
             return
-        fingerprint = self.fingerprint(t, cached)
+        fingerprint = self.cache.get(t, cached)
         s.add(phase, kind, name, fingerprint, slot, note, to_host(t) if dump else None)
-
-    def fingerprint(self, t: torch.Tensor, cached: bool) -> Fingerprint:
-        """Cached by identity and version, except around in-place ops: autograd bumps the
-        version only after the kernel returns, so one version names the value before and
-        after the op."""
-        try:
-            version = t._version
-        except RuntimeError:  # inference tensors have no version counter
-            return fingerprint_tensor(t)
-        if cached:
-            hit = self.cache.get(id(t))
-            if hit is not None and hit[1] == version and hit[0]() is t:
-                return hit[2]
-        result = fingerprint_tensor(t)
-        if cached:
-            if len(self.cache) > CACHE_LIMIT:
-                self.cache.clear()
-            self.cache[id(t)] = (weakref.ref(t), version, result)
-        return result
 
 
 class _Mode(TorchDispatchMode):

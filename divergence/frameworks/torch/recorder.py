@@ -32,6 +32,7 @@ from torch.utils.data import dataloader
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch import distributed
 from divergence.frameworks.torch.fingerprint import (
+    FingerprintCache,
     PendingSum,
     fingerprint_tensor,
     resolve_pending,
@@ -45,7 +46,6 @@ from divergence.store.schema import Kind, Phase
 WRAPPERS = frozenset(
     {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
 )
-CACHE_LIMIT = 8192
 
 
 def tensors_of(value: object) -> list[torch.Tensor]:
@@ -68,7 +68,7 @@ class TorchRecorder(Instrumentation):
         self.param_names: dict[int, str] = {}
         self.roots: list[weakref.ref[torch.nn.Module]] = []
         self.stack: list[str] = []
-        self.cache: dict[int, tuple[Any, int, Fingerprint]] = {}
+        self.cache = FingerprintCache()
         self.stepped_this_step: set[int] = set()
 
     # --- installation ---------------------------------------------------------------------
@@ -134,25 +134,10 @@ class TorchRecorder(Instrumentation):
         return name
 
     # --- fingerprints ---------------------------------------------------------------------
-    def fingerprint(self, t: torch.Tensor) -> Fingerprint:
-        """Cached by identity and version: a module's input is usually the previous output."""
-        try:
-            version = t._version
-        except RuntimeError:  # inference tensors have no version counter
-            return fingerprint_tensor(t)
-        hit = self.cache.get(id(t))
-        if hit is not None and hit[1] == version and hit[0]() is t:
-            return hit[2]
-        result = fingerprint_tensor(t)
-        if len(self.cache) > CACHE_LIMIT:
-            self.cache.clear()
-        self.cache[id(t)] = (weakref.ref(t), version, result)
-        return result
-
     def _add(self, phase: Phase, kind: Kind, name: str, t: torch.Tensor, slot: int = 0) -> None:
         s = self.session
         dump = to_host(t) if s.wants_dump(name) else None
-        s.add(phase, kind, name, self.fingerprint(t), slot, dump=dump)
+        s.add(phase, kind, name, self.cache.get(t), slot, dump=dump)
 
     def _add_all(
         self, phase: Phase, kind: Kind, name: str, tensors: Iterable[torch.Tensor]
