@@ -30,7 +30,7 @@ import numpy as np
 from divergence.fingerprint import Algorithm
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
-from divergence.store.schema import RECORD_DTYPE, Kind, Phase, Status, shape_text
+from divergence.store.schema import RECORD_DTYPE, Kind, Phase, Status, pack_rows, shape_text
 from divergence.store.writer import Dump, RunFileWriter
 
 AUTO_FORWARD_LIMIT = 64
@@ -51,8 +51,8 @@ class Fingerprint(NamedTuple):
         return cls(0, dtype, shape, Algorithm.NONE, reason)
 
 
-# A buffered record: the RECORD_DTYPE fields in order, ``fp`` possibly still pending.
-Row = tuple[int, object, int, int, int, int, int, int, int, int, int, int]
+# A buffered record: the RECORD_DTYPE fields after ``step``, ``fp`` possibly still pending.
+Row = tuple[object, int, int, int, int, int, int, int, int, int, int]
 
 
 class Session:
@@ -211,7 +211,6 @@ class Session:
             self._dumps[len(self._rows)] = dump
         self._rows.append(
             (
-                0,
                 value,
                 self._intern(name),
                 self._intern(dtype),
@@ -235,8 +234,7 @@ class Session:
 
     def _write(self, step: int, start: int, end: int) -> None:
         """Write buffered rows ``start:end`` as step ``step`` (one block, then a flush)."""
-        block = self._encode(self._rows[start:end])
-        block["step"] = step
+        block = self._encode(step, self._rows[start:end])
         dumps = [Dump(i - start, *d) for i, d in self._dumps.items() if start <= i < end]
         if self.writer is None:
             self.writer = RunFileWriter.create(self._file_path(), self._metadata())
@@ -245,16 +243,16 @@ class Session:
         self.records_written += end - start
         self._report_progress()
 
-    def _encode(self, rows: list[Row]) -> np.ndarray:
+    def _encode(self, step: int, rows: list[Row]) -> bytes:
         pending: dict[type, list[int]] = {}
         for i, row in enumerate(rows):
-            if type(row[1]) is not int:
-                pending.setdefault(type(row[1]), []).append(i)
+            if type(row[0]) is not int:
+                pending.setdefault(type(row[0]), []).append(i)
         for kind, indices in pending.items():
-            values = self.resolvers[kind]([rows[i][1] for i in indices])
+            values = self.resolvers[kind]([rows[i][0] for i in indices])
             for i, value in zip(indices, values, strict=True):
-                rows[i] = (rows[i][0], value, *rows[i][2:])
-        return np.array(rows, dtype=RECORD_DTYPE)
+                rows[i] = (value, *rows[i][1:])
+        return pack_rows(step, rows)
 
     # --- files ----------------------------------------------------------------------------
     def _file_path(self) -> Path:

@@ -102,7 +102,8 @@ class RunFile:
             meta=json.loads(file.attrs.get("meta", "{}")),
             end=json.loads(file.attrs["end"]) if "end" in file.attrs else None,
             exit_status=int(file.attrs["exit_status"]) if "exit_status" in file.attrs else None,
-            torn_rows=int(raw.size - complete),
+            # rows of a step that never ended (zero rows allocated ahead are not torn)
+            torn_rows=int(np.count_nonzero(raw["kind"][complete:] != Kind.INVALID)),
             steps=np.unique(raw["step"][ends[ends < complete]]),
             dumped_rows=frozenset(int(k) for k in file[TENSORS] if int(k) < complete),
         )

@@ -16,6 +16,8 @@ else ``pid<PID>.h5``. Each file holds:
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Sequence
 from enum import IntEnum
 
 import numpy as np
@@ -94,6 +96,10 @@ RECORD_DTYPE = np.dtype(
         ("dump", "u1"),  # 1 when tensors/<row> holds a full copy
     ]
 )
+# The same layout for packing one row from Python values (about half the cost of building a
+# structured array from tuples, which the recorder pays every step).
+RECORD_STRUCT = struct.Struct("<qQIIIIHBBBBB")
+assert RECORD_STRUCT.size == RECORD_DTYPE.itemsize
 MAX_DIMS = 8  # used by in-graph probe tables (frameworks/tensorflow)
 
 
@@ -109,3 +115,20 @@ def parse_shape(text: str) -> tuple[int, ...]:
 def step_end_fp(step: int) -> int:
     """The ``fp`` value that marks a genuine end-of-step marker (guards torn writes)."""
     return (step ^ STEP_END_MAGIC) & ((1 << 64) - 1)
+
+
+def pack_rows(step: int, rows: Sequence[tuple[object, ...]]) -> bytes:
+    """Rows given as tuples of the :data:`RECORD_DTYPE` fields after ``step``, as file bytes.
+
+    >>> len(pack_rows(3, [(1, 2, 3, 4, 5, 0, 4, 2, 1, 0, 0)])) == RECORD_DTYPE.itemsize
+    True
+    """
+    pack = RECORD_STRUCT.pack
+    return b"".join([pack(step, *row) for row in rows])
+
+
+def step_end_row(step: int) -> bytes:
+    """The end-of-step marker row that closes every step's block."""
+    return RECORD_STRUCT.pack(
+        step, step_end_fp(step), 0, 0, 0, 0, 0, Phase.MARKER, Kind.STEP_END, 0, 0, 0
+    )

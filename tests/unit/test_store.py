@@ -155,6 +155,28 @@ def test_records_beyond_one_chunk(tmp_path: Path) -> None:
     assert rf.records.size == n + 1 + 3 + 1
     assert rf.records["fp"][:n].tolist() == make_block(0, n)["fp"].tolist()
     assert rf.steps.tolist() == [0, 1]
+    with h5py.File(path, "r") as file:  # the space allocated ahead is trimmed at close
+        assert file[RECORDS].shape == (n + 1 + 3 + 1,)
+
+
+def test_steps_straddling_chunks_survive_a_process_that_never_closes(tmp_path: Path) -> None:
+    # 7 steps of 1501 rows: blocks cross chunk boundaries and the space grows several times;
+    # the child ends with os._exit, so HDF5 never closes or flushes the file after the rows.
+    path = tmp_path / "pid1.h5"
+    result = subprocess.run(
+        [sys.executable, str(CHILD), str(path), "abandon", "7", "1500"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    rf = check_child_file(path, rows=1500, at_least=7)
+    assert rf.steps.tolist() == list(range(7))
+    assert rf.records.size == 7 * 1501
+    assert rf.torn_rows == 0
+    with h5py.File(path, "r") as file:  # allocated ahead: zero rows past the last step
+        assert file[RECORDS].shape[0] > rf.records.size
 
 
 def test_create_never_overwrites(tmp_path: Path) -> None:
@@ -304,7 +326,8 @@ def test_zero_filled_tail_is_dropped(tmp_path: Path) -> None:
     write_run(path, steps=2, rows=4)
     _append_raw(path, np.zeros(7, dtype=RECORD_DTYPE))
     rf = RunFile.open(path)
-    assert rf.torn_rows == 7
+    assert rf.records.size == 2 * 5
+    assert rf.torn_rows == 0  # zero rows are space allocated ahead, not a torn step
     assert rf.steps_complete == 2
 
 
