@@ -1,0 +1,64 @@
+"""Fingerprints of the host generators' states (python ``random`` and numpy's global one)."""
+
+from __future__ import annotations
+
+import array
+import random
+
+import numpy as np
+
+from divergence.fingerprint import fingerprint_buffer, header_seed
+from divergence.record.rng import host_rng_fingerprints
+
+
+def prints() -> dict[str, int]:
+    return {name: int(fp.value) for name, fp in host_rng_fingerprints()}
+
+
+def test_python_state_fingerprint_is_xxh3_of_the_state_words() -> None:
+    random.seed(7)
+    version, words, gauss = random.getstate()
+    expected = fingerprint_buffer(
+        memoryview(array.array("Q", words)),  # the reference: the words as native uint64
+        header_seed("mt19937", (len(words),), None, f"{version}:{gauss!r}"),
+    )
+    assert prints()["python.random"] == expected
+
+
+def test_reading_the_states_draws_nothing() -> None:
+    random.seed(3)
+    np.random.seed(3)
+    before = (random.getstate(), np.random.get_state()[1].copy())
+    host_rng_fingerprints()
+    assert random.getstate() == before[0]
+    assert (np.random.get_state()[1] == before[1]).all()
+
+
+def test_one_draw_changes_only_that_generator() -> None:
+    random.seed(1)
+    np.random.seed(1)
+    start = prints()
+    random.random()
+    after_python = prints()
+    assert after_python["python.random"] != start["python.random"]
+    assert after_python["numpy.random"] == start["numpy.random"]
+    np.random.random()
+    assert prints()["numpy.random"] != after_python["numpy.random"]
+
+
+def test_gaussian_cache_is_part_of_the_state() -> None:
+    # random.gauss keeps a second value: same MT words, different state
+    random.seed(5)
+    random.gauss()
+    cached = prints()["python.random"]
+    random.seed(5)
+    random.gauss()
+    random.gauss()  # uses the cached value: the MT words do not move
+    assert prints()["python.random"] != cached
+    np.random.seed(5)
+    np.random.standard_normal()
+    cached = prints()["numpy.random"]
+    np.random.seed(5)
+    np.random.standard_normal()
+    np.random.standard_normal()
+    assert prints()["numpy.random"] != cached
