@@ -31,6 +31,7 @@ import os
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -87,7 +88,9 @@ class OpRecorder(Instrumentation):
         self.region_grad: Callable[[], torch.Tensor | None] = _none
         self.names: dict[tuple[str, Any], str] = {}
         self.garbage: set[int] = set()  # storage pointers of uninitialised memory
-        self.cache = FingerprintCache()
+        # Shared with the module recorder: a module's output is the last op's output.
+        self.cache: FingerprintCache = recorder.cache
+        self.op_info: dict[Any, _OpInfo] = {}
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -135,8 +138,7 @@ class OpRecorder(Instrumentation):
 
     def _at_step_start(self, session: Session) -> None:
         self.paused -= 1
-        self.garbage.clear()
-        self.cache.clear()
+        self.garbage.clear()  # (the shared cache is cleared by the module recorder)
         if not self.active and not self.disabled:
             self.mode.__enter__()
             self.active = True
@@ -216,27 +218,41 @@ class OpRecorder(Instrumentation):
         name = self.record_name(module, func)
         if not s.begin_event() or not s.wants(name):
             return None
-        mutable = func._schema.is_mutable
-        inputs = list(_call_tensors(args, kwargs))
+        info = self.op_info.get(func) or self._learn(func)
+        inputs = _call_tensors(args, kwargs)
+        written = _written(info, args, kwargs) if info.written else []
         dump = s.wants_dump(name)
         note = encode_call(func, args, kwargs) if dump and inputs else ""
+        prints = []
         for slot, t in enumerate(inputs):
-            self._add(phase, Kind.OP_INPUT, name, t, slot, dump, not mutable, note)
+            # An argument the op writes is read past the cache: the cache may hold a value
+            # stored under the same version by an earlier alias of it.
+            cached = not written or all(w is not t for w in written)
+            prints.append(self._add(phase, Kind.OP_INPUT, name, t, slot, dump, cached, note))
             note = ""
-        return _Plan(phase, name, inputs if mutable else [], dump, mutable)
+        views = list(zip(inputs, prints, strict=True)) if info.view else []
+        return _Plan(phase, name, info, written, dump, views)
+
+    def _learn(self, func: Any) -> _OpInfo:
+        info = self.op_info[func] = _OpInfo.of(func)
+        return info
 
     def after(self, plan: _Plan, func: Any, out: Any) -> None:
-        s, phase, name = self.session, plan.phase, plan.name
-        uninitialised = func.overloadpacket.__name__ in UNINITIALISED
+        s, phase, name, info = self.session, plan.phase, plan.name, plan.info
         for slot, t in enumerate(_tensors(out)):
-            if uninitialised:
+            if info.uninitialised:
                 self.garbage.add(_storage(t))
                 reason = f"uninitialised memory ({func}): not compared"
                 s.add(phase, Kind.OP_OUTPUT, name, _skip(t, reason), slot)
                 continue
-            if self.garbage and not func.is_view:
+            if self.garbage and not info.view:
                 self.garbage.discard(_storage(t))  # freshly written (or written in place)
-            self._add(phase, Kind.OP_OUTPUT, name, t, slot, plan.dump, not plan.mutable)
+            alias = _same_view(t, plan.views) if plan.views else None
+            if alias is not None and not plan.dump:
+                self.cache.put(t, alias)
+                s.add(phase, Kind.OP_OUTPUT, name, alias, slot)
+                continue
+            self._add(phase, Kind.OP_OUTPUT, name, t, slot, plan.dump, not info.mutable)
         if self.garbage:
             for t in plan.written:
                 self.garbage.discard(_storage(t))
@@ -251,13 +267,15 @@ class OpRecorder(Instrumentation):
         dump: bool,
         cached: bool,
         note: str = "",
-    ) -> None:
+    ) -> Fingerprint:
         s = self.session
         if self.garbage and _storage(t) in self.garbage:
-            s.add(phase, kind, name, _skip(t, "uninitialised memory: not compared"), slot, note)
-            return
+            skipped = _skip(t, "uninitialised memory: not compared")
+            s.add(phase, kind, name, skipped, slot, note)
+            return skipped
         fingerprint = self.cache.get(t, cached)
         s.add(phase, kind, name, fingerprint, slot, note, to_host(t) if dump else None)
+        return fingerprint
 
 
 class _Mode(TorchDispatchMode):
@@ -271,14 +289,39 @@ class _Mode(TorchDispatchMode):
         return self.owner.dispatch(func, args, kwargs or {})
 
 
+@dataclass(frozen=True, slots=True)
+class _OpInfo:
+    """What the recorder needs to know of an op overload (learnt once per overload)."""
+
+    mutable: bool  # writes an argument in place
+    view: bool  # its output aliases an input
+    uninitialised: bool  # its output is uninitialised memory
+    written: tuple[tuple[int, str], ...]  # (position, name) of each argument it writes
+
+    @classmethod
+    def of(cls, func: Any) -> _OpInfo:
+        schema = func._schema
+        return cls(
+            mutable=schema.is_mutable,
+            view=func.is_view,
+            uninitialised=func.overloadpacket.__name__ in UNINITIALISED,
+            written=tuple(
+                (index, argument.name)
+                for index, argument in enumerate(schema.arguments)
+                if argument.alias_info is not None and argument.alias_info.is_write
+            ),
+        )
+
+
 class _Plan(NamedTuple):
     """What :meth:`OpRecorder.before` decided for one op call."""
 
     phase: Phase
     name: str
+    info: _OpInfo
     written: list[torch.Tensor]  # tensor arguments of an in-place op
     dump: bool
-    mutable: bool
+    views: list[tuple[torch.Tensor, Fingerprint]]  # a view op's inputs and their fingerprints
 
 
 class _BackwardRegion:
@@ -312,13 +355,46 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(item)
 
 
-def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[torch.Tensor]:
+def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The tensor arguments in order; ``out=`` buffers are left out (their old contents are
     not an input, and are often uninitialised)."""
-    yield from _tensors(args)
+    found = [a for a in args if isinstance(a, torch.Tensor)]
+    if len(found) != len(args):  # lists of tensors, or non-tensor arguments
+        found = list(_tensors(args))
     for key, value in kwargs.items():
-        if key != "out" and not key.startswith("out"):
-            yield from _tensors(value)
+        if not key.startswith("out"):
+            found.extend(_tensors(value))
+    return found
+
+
+def _written(info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The tensors an in-place op writes (``self`` of ``add_``; its schema's ``a!``)."""
+    written: list[Any] = []
+    for index, key in info.written:
+        value = args[index] if index < len(args) else kwargs.get(key)
+        written.extend(_tensors(value))
+    return written
+
+
+def _same_view(
+    t: torch.Tensor, inputs: list[tuple[torch.Tensor, Fingerprint]]
+) -> Fingerprint | None:
+    """The fingerprint of an input that ``t`` aliases exactly (same memory, dtype, shape and
+    strides: ``detach``, ``alias``, a ``view`` to the same shape). A fingerprint is a function of
+    exactly these, and a view op writes nothing, so the input's is ``t``'s without a hash."""
+    for u, fingerprint in inputs:
+        if (
+            u.data_ptr() == t.data_ptr()
+            and u.dtype == t.dtype
+            and u.shape == t.shape
+            and u.stride() == t.stride()
+            and u.is_conj() == t.is_conj()  # conj and neg are lazy views with a flag
+            and u.is_neg() == t.is_neg()
+            and not fingerprint.skipped
+            and type(fingerprint.value) is int
+        ):
+            return fingerprint
+    return None
 
 
 def _storage(t: torch.Tensor) -> int:

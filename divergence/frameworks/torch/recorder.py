@@ -134,10 +134,18 @@ class TorchRecorder(Instrumentation):
         return name
 
     # --- fingerprints ---------------------------------------------------------------------
-    def _add(self, phase: Phase, kind: Kind, name: str, t: torch.Tensor, slot: int = 0) -> None:
+    def _add(
+        self,
+        phase: Phase,
+        kind: Kind,
+        name: str,
+        t: torch.Tensor,
+        slot: int = 0,
+        cached: bool = True,
+    ) -> None:
         s = self.session
         dump = to_host(t) if s.wants_dump(name) else None
-        s.add(phase, kind, name, self.cache.get(t), slot, dump=dump)
+        s.add(phase, kind, name, self.cache.get(t, cached), slot, dump=dump)
 
     def _add_all(
         self, phase: Phase, kind: Kind, name: str, tensors: Iterable[torch.Tensor]
@@ -193,10 +201,13 @@ class TorchRecorder(Instrumentation):
                     name = self._param_name(param, optimizer, f"group{g}.param{i}")
                     if not s.wants(name):
                         continue
-                    self._add(Phase.OPTIMIZER, Kind.PARAM, name, param)
+                    # Past the cache: an optimizer writing through ``param.data`` changes the
+                    # values without bumping the parameter's version counter.
+                    self._add(Phase.OPTIMIZER, Kind.PARAM, name, param, cached=False)
                     for key, value in sorted(optimizer.state.get(param, {}).items(), key=_by_key):
                         if isinstance(value, torch.Tensor):
-                            self._add(Phase.OPTIMIZER, Kind.OPTIM_STATE, f"{name}/{key}", value)
+                            label = f"{name}/{key}"
+                            self._add(Phase.OPTIMIZER, Kind.OPTIM_STATE, label, value, cached=False)
             if not self.stepped_this_step:
                 self._add_buffers()
         self.stepped_this_step.add(id(optimizer))
