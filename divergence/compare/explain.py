@@ -81,7 +81,12 @@ def _explain_output(
     ]
     divergence.origin = True
     divergence.matched_inputs = [_describe(run, i) for i in inputs if i >= call_start - 8]
-    if children:
+    if _has(run, same_step[same_step > call_start], Kind.COMPILED, name):
+        divergence.origin_text = (
+            f"inside the torch.compile region {_code(name)}: its inputs matched; the modules "
+            "and ops inside a compiled region are not observed, so the op cannot be named"
+        )
+    elif children:
         divergence.origin_text = (
             f"in {_code(name)}'s own forward code, after its last child "
             f"{_describe(run, children[-1])}, which matched"
@@ -113,6 +118,14 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     inputs = _op_call_inputs(run, row) if records["kind"][row] == Kind.OP_OUTPUT else None
     if inputs is None:
         previous = _previous_op(run, row)
+        region = _compiled_region_before(run, row)
+        if region is not None:
+            divergence.origin_text = (
+                f"in the torch.compile region {_code(region)} before {_code(op)} {where} "
+                f"({divergence.phase}), or in an unobserved op between {previous} and it: the "
+                "ops inside a compiled region are not observed"
+            )
+            return
         divergence.origin_text = (
             f"at {_code(op)} {where} ({divergence.phase}) or in an unobserved op between "
             f"{previous} and it: its input {divergence.slot} differs although every op output "
@@ -161,6 +174,16 @@ def _previous_op(run: RunFile, row: int) -> str:
         return "the start of the recorded ops"
     module, op = split_op_name(run.strings[run.records["name"][outputs[-1]]])
     return f"{_code(op)}{f' in `{module}`' if module else ''}"
+
+
+def _compiled_region_before(run: RunFile, row: int) -> str | None:
+    """The torch.compile region entered since the last recorded op output before ``row``."""
+    kinds = run.records["kind"][:row]
+    outputs = np.flatnonzero(kinds == Kind.OP_OUTPUT)
+    regions = np.flatnonzero(kinds == Kind.COMPILED)
+    if regions.size and (not outputs.size or regions[-1] > outputs[-1]):
+        return run.strings[run.records["name"][regions[-1]]]
+    return None
 
 
 def _origin_outside(kind: Kind, name: str, step: int) -> str:

@@ -67,6 +67,7 @@ class Kind(IntEnum):
     OP_OUTPUT = 13
     COLLECTIVE_IN = 14
     COLLECTIVE_OUT = 15
+    COMPILED = 16  # a torch.compile region was entered here: its inside is not observed
     STEP_END = 255
 
     @property

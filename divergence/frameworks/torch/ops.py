@@ -85,6 +85,7 @@ class OpRecorder(Instrumentation):
         self.optimizer = ""  # class name of the optimizer whose step() is running
         self.backward_module = ""
         self.backward_task = -1
+        self.regions = 0  # torch.compile regions running: the mode is popped meanwhile
         self.region_grad: Callable[[], torch.Tensor | None] = _none
         self.names: dict[tuple[str, Any], str] = {}
         self.garbage: set[int] = set()  # storage pointers of uninitialised memory
@@ -111,6 +112,8 @@ class OpRecorder(Instrumentation):
         self.undo.append(lambda: setattr(r, "_add", original_add))
         for kind, resolver in list(s.resolvers.items()):
             s.resolvers[kind] = self.paused_call(resolver)
+        r.region_listeners.append(self._compiled_region)
+        self.undo.append(lambda: r.region_listeners.remove(self._compiled_region))
         os.register_at_fork(after_in_child=self._after_fork)
         return self.remove
 
@@ -139,7 +142,7 @@ class OpRecorder(Instrumentation):
     def _at_step_start(self, session: Session) -> None:
         self.paused -= 1
         self.garbage.clear()  # (the shared cache is cleared by the module recorder)
-        if not self.active and not self.disabled:
+        if not self.active and not self.disabled and not self.regions:
             self.mode.__enter__()
             self.active = True
 
@@ -152,6 +155,24 @@ class OpRecorder(Instrumentation):
 
     def _after_fork(self) -> None:
         self.disabled = True
+
+    def _compiled_region(self, entering: bool) -> None:
+        """Step aside while compiled code runs: under a dispatch mode dynamo would not run the
+        graph it compiled, and the numbers could change. The region's ops go unobserved."""
+        if entering:
+            self.regions += 1
+            if self.regions == 1:
+                self._exit_mode()
+        elif self.regions > 0:
+            self.regions -= 1
+            if (
+                self.regions == 0
+                and not self.active
+                and not self.disabled
+                and self.session.recording
+            ):
+                self.mode.__enter__()
+                self.active = True
 
     # --- attribution hooks ----------------------------------------------------------------
     def _after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:

@@ -31,6 +31,13 @@ from torch.utils.data import dataloader
 
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch import distributed
+from divergence.frameworks.torch.compiled import (
+    NOT_OBSERVED,
+    compiled_module,
+    eager_only,
+    function_name,
+    wrap_compile,
+)
 from divergence.frameworks.torch.fingerprint import (
     FingerprintCache,
     PendingSum,
@@ -70,16 +77,24 @@ class TorchRecorder(Instrumentation):
         self.stack: list[str] = []
         self.cache = FingerprintCache()
         self.stepped_this_step: set[int] = set()
+        # called with True entering a torch.compile region and False leaving it (op level)
+        self.region_listeners: list[Callable[[bool], None]] = []
+        self.compiled_depth = 0  # torch.compile regions running: nothing inside is recorded
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
         s = self.session
         for handle in (
-            register_module_forward_pre_hook(self.guard(self.before_forward)),
-            register_module_forward_hook(self.guard(self.after_forward), always_call=True),
-            register_optimizer_step_post_hook(self.guard(self.after_optimizer_step)),
+            register_module_forward_pre_hook(eager_only(self.guard(self.before_forward))),
+            register_module_forward_hook(
+                eager_only(self.guard(self.after_forward)), always_call=True
+            ),
+            register_optimizer_step_post_hook(eager_only(self.guard(self.after_optimizer_step))),
         ):
             self.undo.append(handle.remove)
+        self.patch(
+            torch, "compile", wrap_compile(self.guard(self.enter_compiled), self.leave_compiled)
+        )
         self.patch(torch.Tensor, "backward", self._wrap_backward)
         self.patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
         self.patch(torch, "manual_seed", functools.partial(self._wrap_seed, "torch.manual_seed"))
@@ -118,7 +133,7 @@ class TorchRecorder(Instrumentation):
                 self.param_names[id(param)] = prefix + path
                 self.undo.append(
                     param.register_post_accumulate_grad_hook(
-                        self.guard(self.after_grad_accumulated)
+                        eager_only(self.guard(self.after_grad_accumulated))
                     ).remove
                 )
         if self.session.begin_event():
@@ -155,8 +170,13 @@ class TorchRecorder(Instrumentation):
 
     # --- hooks ----------------------------------------------------------------------------
     def before_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        if type(module).__name__ in WRAPPERS:
-            return
+        inner = compiled_module(module)
+        if inner is not None:
+            self.enter_compiled(inner, args)
+        elif not self.compiled_depth and type(module).__name__ not in WRAPPERS:
+            self._enter(module, args)  # (a compiled backend's own graph modules are skipped)
+
+    def _enter(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         s = self.session
         root = not self.stack
         name = self._name_of(module)
@@ -172,8 +192,12 @@ class TorchRecorder(Instrumentation):
         self._add_all(phase, kind, name, tensors_of(args))
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if type(module).__name__ in WRAPPERS or not self.stack:
-            return
+        if compiled_module(module) is not None:
+            self.leave_compiled(output)
+        elif not self.compiled_depth and type(module).__name__ not in WRAPPERS and self.stack:
+            self._leave(output)
+
+    def _leave(self, output: Any) -> None:
         name = self.stack.pop()
         s = self.session
         if not s.begin_event() or not s.wants(name):
@@ -182,6 +206,39 @@ class TorchRecorder(Instrumentation):
             self._add(Phase.FORWARD, Kind.OUTPUT, name, t, slot)
             if t.requires_grad and t.grad_fn is not None:
                 t.register_hook(_GradOfOutput(self, name, slot))
+
+    def enter_compiled(self, owner: object, args: tuple[Any, ...]) -> None:
+        """Into a torch.compile region (see ``compiled.py``): recorded as a call of its module
+        (or of ``<compiled fn>``) with a COMPILED record that says its inside is not seen. A
+        region entered inside another is part of it."""
+        self.compiled_depth += 1
+        if self.compiled_depth > 1:
+            return
+        s = self.session
+        if isinstance(owner, torch.nn.Module):
+            self._enter(owner, args)
+        else:
+            name = function_name(owner)
+            self.stack.append(f"{self.stack[-1]}.{name}" if self.stack else name)
+            if s.begin_event() and s.wants(self.stack[-1]):
+                self._add_all(_phase_now(), Kind.INPUT, self.stack[-1], tensors_of(args))
+        if s.begin_event() and s.wants(self.stack[-1]):
+            s.add(
+                _phase_now(), Kind.COMPILED, self.stack[-1], Fingerprint.skip("", (), NOT_OBSERVED)
+            )
+        for listener in self.region_listeners:
+            listener(True)
+
+    def leave_compiled(self, output: Any) -> None:
+        if not self.compiled_depth:
+            return
+        self.compiled_depth -= 1
+        if self.compiled_depth:
+            return
+        for listener in self.region_listeners:
+            self.guarded_call(listener, False)
+        if self.stack:
+            self.guarded_call(self._leave, output)
 
     def grad_of_output(self, name: str, slot: int, grad: torch.Tensor | None) -> None:
         if grad is not None and self.session.begin_event():
@@ -295,6 +352,10 @@ class _GradOfOutput:
             self.recorder.grad_of_output(self.name, self.slot, grad)
         except Exception as exc:
             self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
+
+
+def _phase_now() -> Phase:
+    return Phase.BACKWARD if torch._C._current_graph_task_id() >= 0 else Phase.FORWARD
 
 
 def _by_key(item: tuple[object, object]) -> str:

@@ -1,0 +1,97 @@
+"""``torch.compile``: a compiled region is recorded at its boundary and flagged, never changed.
+
+While dynamo traces, every recorder hook returns at once (:func:`eager_only`): a hook dynamo
+cannot trace (a hash, a weak reference) would break the graph, and another graph can compute
+other bits. So the compiled code is the user's own, and the inside of a region is not observed.
+The call into a region runs eagerly, and is recorded like a module call (its inputs, outputs and
+the gradients into them) under the compiled module's name, after a :attr:`Kind.COMPILED` record
+that says its inside is not observed. Op-level recording pops its dispatch mode while a region
+runs, so the compiled kernels run as they would unrecorded.
+
+Regions are entered three ways: an ``OptimizedModule`` (``torch.compile(model)``; its own
+forward hooks fire eagerly), ``model.compile()`` and ``torch.compile(fn)`` (``torch.compile`` is
+wrapped so the callable it returns marks the region).
+
+>>> # torch.compile(model)(x)  ->  records: model input, COMPILED "model", model output
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+OPTIMIZED_MODULE = "OptimizedModule"
+NOT_OBSERVED = "torch.compile region: the modules and ops inside it are not observed"
+
+
+def eager_only(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``hook``, except while dynamo traces: then nothing (and nothing for dynamo to trace)."""
+
+    def outside_compiled_code(*args: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return None
+        return hook(*args)
+
+    return outside_compiled_code
+
+
+def compiled_module(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The module an ``OptimizedModule`` wraps, or None for any other module."""
+    if type(module).__name__ != OPTIMIZED_MODULE:
+        return None
+    inner = getattr(module, "_orig_mod", None)
+    return inner if isinstance(inner, torch.nn.Module) else None
+
+
+def wrap_compile(
+    enter: Callable[[Any, tuple[Any, ...]], Any],
+    leave: Callable[[Any], None],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A patch for ``torch.compile``: functions it returns call ``enter(owner, args)`` before
+    and ``leave(output)`` after the compiled code. ``owner`` is the module of a compiled
+    bound method (``model.compile()`` compiles ``model._call_impl``), else the function."""
+
+    def patch(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if model is None:  # @torch.compile(...) with options: a decorator comes back
+                decorator = original(*args, **kwargs)
+                return lambda fn: _region(decorator(fn), fn, enter, leave)
+            compiled = original(model, *args, **kwargs)
+            if isinstance(compiled, torch.nn.Module) or not callable(compiled):
+                return compiled  # an OptimizedModule: its forward hooks mark the region
+            return _region(compiled, model, enter, leave)
+
+        return compile
+
+    return patch
+
+
+def _region(
+    compiled: Callable[..., Any],
+    source: Any,
+    enter: Callable[[Any, tuple[Any, ...]], Any],
+    leave: Callable[[Any], None],
+) -> Callable[..., Any]:
+    owner = getattr(source, "__self__", None)
+    owner = owner if isinstance(owner, torch.nn.Module) else source
+
+    @functools.wraps(compiled)
+    def region(*args: Any, **kwargs: Any) -> Any:
+        enter(owner, args)
+        output = None
+        try:
+            output = compiled(*args, **kwargs)
+            return output
+        finally:  # also when the compiled code raises: the region is left either way
+            leave(output)
+
+    return region
+
+
+def function_name(fn: Any) -> str:
+    """How a compiled function is named in records: ``<compiled train_step>``."""
+    return f"<compiled {getattr(fn, '__qualname__', type(fn).__name__)}>"

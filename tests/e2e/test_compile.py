@@ -1,0 +1,90 @@
+"""torch.compile: a compiled region is recorded at its boundary, flagged, and never changed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from divergence.store.run import Run
+from divergence.store.schema import Kind
+from tests.conftest import SCRIPTS, Recorder, compare_json
+
+OP = ("--granularity", "op")
+REGION = {"module": "Net", "method": "Net", "fn": "<compiled main.<locals>.loss_of>"}
+
+
+def final_parameters(path: Path) -> dict[str, torch.Tensor]:
+    return dict(torch.load(path))
+
+
+def unrecorded(tmp_path: Path, *args: str) -> dict[str, torch.Tensor]:
+    out = tmp_path / "plain.pt"
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / "compiled.py"), *args, "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return final_parameters(out)
+
+
+def assert_same_bits(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key].view(torch.int32), b[key].view(torch.int32)), key
+
+
+def records_of(run_dir: Path) -> list[tuple[int, str, str]]:
+    """(step, kind, name) of every record of the run's one file."""
+    (process,) = Run.open(run_dir).processes
+    file = process.load()
+    names = [file.strings[i] for i in file.records["name"]]
+    kinds = [Kind(k).label for k in file.records["kind"]]
+    return list(zip(file.records["step"].tolist(), kinds, names, strict=True))
+
+
+@pytest.mark.parametrize("how", ["module", "method", "fn"])
+@pytest.mark.parametrize("granularity", ["module", "op"])
+def test_compiled_region_is_recorded_at_its_boundary_without_changing_the_bits(
+    record: Recorder, tmp_path: Path, how: str, granularity: str
+) -> None:
+    out = tmp_path / "recorded.pt"
+    options = ("--granularity", granularity)
+    run = record("compiled.py", "--how", how, "--out", str(out), options=options)
+    assert_same_bits(final_parameters(out), unrecorded(tmp_path, "--how", how))
+    records = records_of(run)
+    region = REGION[how]
+    assert [step for step, kind, name in records if kind == "compiled"] == [0, 1, 2]
+    assert {name for _, kind, name in records if kind == "compiled"} == {region}
+    # the region's call is recorded like a module call: its output and the gradient into it
+    assert {kind for _, kind, name in records if name == region} >= {"compiled", "output"}
+    assert any(kind == "grad_output" and name == region for _, kind, name in records)
+    inside = {name for _, _, name in records if name.startswith(("fc1", "fc2"))}
+    if how == "fn":  # the model itself runs eagerly: its modules are observed
+        assert {"fc1", "fc2", "fc1.weight"} <= inside
+    else:  # its modules and (at op level) its ops run compiled: not observed
+        assert inside <= {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+        assert not any(kind == "op_output" and name.startswith("Net/") for _, kind, name in records)
+
+
+def test_inductor_region_at_op_level_keeps_the_bits(record: Recorder, tmp_path: Path) -> None:
+    """The real compiler: its kernels must run as they would unrecorded."""
+    out = tmp_path / "recorded.pt"
+    args = ("--how", "module", "--backend", "inductor", "--steps", "2")
+    run = record("compiled.py", *args, "--out", str(out), options=OP)
+    assert_same_bits(final_parameters(out), unrecorded(tmp_path, *args))
+    assert sum(kind == "compiled" for _, kind, _ in records_of(run)) == 2
+
+
+def test_a_change_inside_a_compiled_region_is_placed_in_the_region(record: Recorder) -> None:
+    a = record("compiled.py", options=OP, tag="a")
+    b = record("compiled.py", "--plant", options=OP)
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["location"], first["kind"]) == (0, "Net", "output")
+    assert first["origin"] is True
+    assert "torch.compile region `Net`" in first["origin_text"]
