@@ -55,8 +55,8 @@ class Recorder:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        deactivate()  # first: writing the last step may need the framework's resolvers
         self._detach()
-        deactivate()
 
 
 def probe(value: T, name: str) -> T:

@@ -126,11 +126,16 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
                 "ops inside a compiled region are not observed"
             )
             return
+        unseen = (
+            "a constant or a value made outside TensorFlow ops, e.g. a Python number"
+            if run.meta.get("framework") == "tensorflow"
+            else "a kernel that bypasses the dispatcher, a compiled region, or a tensor changed "
+            "outside torch ops"
+        )
         divergence.origin_text = (
             f"at {_code(op)} {where} ({divergence.phase}) or in an unobserved op between "
             f"{previous} and it: its input {divergence.slot} differs although every op output "
-            "recorded before it matched (a kernel that bypasses the dispatcher, a compiled "
-            "region, or a tensor changed outside torch ops)"
+            f"recorded before it matched ({unseen})"
         )
         return
     slot = f"output {divergence.slot}"

@@ -13,7 +13,20 @@ from divergence.record.session import Session
 
 
 def install(session: Session) -> Callable[[], None]:
-    """Instrument TensorFlow/Keras for ``session``; returns the function that removes it all."""
+    """Instrument TensorFlow/Keras for ``session``; returns the function that removes it all.
+    With ``granularity == "op"`` the op-level zoom (``ops.py``) is added on top."""
     from divergence.frameworks.tensorflow.recorder import KerasRecorder
 
-    return KerasRecorder(session).install()
+    recorder = KerasRecorder(session)
+    remove = recorder.install()
+    if session.config.granularity != "op":
+        return remove
+    from divergence.frameworks.tensorflow import ops
+
+    remove_ops = ops.install(session, recorder)
+
+    def remove_all() -> None:
+        remove_ops()
+        remove()
+
+    return remove_all

@@ -80,6 +80,7 @@ class KerasRecorder(Instrumentation):
         self.stack: list[str] = []
         self.depth = 0  # nesting of tf.function calls
         self.in_apply = False
+        self.optimizer_name = ""  # class of the optimizer whose apply() runs
         self.layer_names: dict[int, tuple[weakref.ref[Any], str]] = {}
         self.roots: list[tuple[weakref.ref[Any], str]] = []
         self.var_names: dict[int, str] = {}
@@ -316,7 +317,7 @@ class KerasRecorder(Instrumentation):
                 optimizer._trainable_variables if trainable_variables is None
                 else trainable_variables
             )  # fmt: skip
-            recorder.in_apply = True
+            recorder.in_apply, recorder.optimizer_name = True, type(optimizer).__name__
             try:
                 recorder.guard(recorder.before_apply)(mode, grads, variables)
                 result = original(optimizer, grads, trainable_variables)
