@@ -86,3 +86,47 @@ def test_uninitialised_memory_is_recorded_as_skipped(tmp_path: Path) -> None:
     assert "uninitialised" in rows[("aten.empty.memory_format", Kind.OP_OUTPUT)][1]
     assert rows[("aten.fill_.Scalar", Kind.OP_INPUT)][0] == 1
     assert rows[("aten.fill_.Scalar", Kind.OP_OUTPUT)][0] == 0
+
+
+def test_backward_ops_belong_to_the_module_whose_forward_made_them(tmp_path: Path) -> None:
+    """Nested modules, a module's own code between its children, and parameter gradients."""
+    import torch
+    from torch import nn
+
+    import divergence
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind, Phase
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.norm = nn.Linear(8, 8), nn.LayerNorm(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.fc(x)
+            return self.norm(h * torch.sigmoid(h))  # Block's own ops, between its children
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), Block(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with divergence.Recorder(tmp_path / "run", granularity="op"):
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(torch.randn(3, 4)).pow(2).mean().backward()
+            optimizer.step()
+    file = Run.open(tmp_path / "run").processes[0].load()
+    backward = {
+        file.strings[r["name"]]
+        for r in file.records
+        if r["step"] == 1 and r["phase"] == Phase.BACKWARD and r["kind"] == Kind.OP_OUTPUT
+    }
+    assert {
+        "1.norm/aten.native_layer_norm_backward.default",
+        "1/aten.sigmoid_backward.default",
+        "1.fc/aten.mm.default",
+        "0/aten.mm.default",
+        "2/aten.mm.default",
+        "aten.pow.Tensor_Scalar",  # the loss, outside any module
+    } <= backward
+    modules = {name.rpartition("/")[0] for name in backward}
+    assert modules == {"", "0", "1", "1.fc", "1.norm", "2"}

@@ -7,8 +7,8 @@ runs, so an in-place op's previous value is kept) then ``OP_OUTPUT`` rows, named
 arguments or outputs). Attribution:
 
 * forward: the innermost running module (the recorder's module stack);
-* backward: the module whose output gradient arrived last (a tensor hook on every module
-  output marks where the backward of that module begins);
+* backward: the module whose forward created the autograd node that runs the op (see
+  :class:`NodeOwners`); an ``AccumulateGrad`` node belongs to its parameter's module;
 * optimizer: the optimizer's class name (``SGD/aten.add_.Tensor``);
 * anything else: the op name alone.
 
@@ -28,14 +28,17 @@ bits as an unrecorded one (tests/e2e/test_op_level.py checks it).
 from __future__ import annotations
 
 import os
-import weakref
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
-from torch.nn.modules.module import register_module_forward_hook
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
@@ -44,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.calls import encode_call
+from divergence.frameworks.torch.compiled import eager_only
 from divergence.frameworks.torch.fingerprint import (
     FingerprintCache,
     dtype_name,
@@ -83,10 +87,8 @@ class OpRecorder(Instrumentation):
         self.paused = 0
         self.disabled = False  # a forked child (DataLoader worker) records no ops
         self.optimizer = ""  # class name of the optimizer whose step() is running
-        self.backward_module = ""
-        self.backward_task = -1
+        self.owners = NodeOwners(recorder.param_names)
         self.regions = 0  # torch.compile regions running: the mode is popped meanwhile
-        self.region_grad: Callable[[], torch.Tensor | None] = _none
         self.names: dict[tuple[str, Any], str] = {}
         self.garbage: set[int] = set()  # storage pointers of uninitialised memory
         # Shared with the module recorder: a module's output is the last op's output.
@@ -97,7 +99,8 @@ class OpRecorder(Instrumentation):
     def install(self) -> Callable[[], None]:
         s, r = self.session, self.recorder
         for handle in (
-            register_module_forward_hook(self._after_forward),
+            register_module_forward_pre_hook(eager_only(self._module_boundary)),
+            register_module_forward_hook(eager_only(self._module_boundary), always_call=True),
             register_optimizer_step_pre_hook(self._before_optimizer_step),
             register_optimizer_step_post_hook(self._after_optimizer_step),
         ):
@@ -142,6 +145,7 @@ class OpRecorder(Instrumentation):
     def _at_step_start(self, session: Session) -> None:
         self.paused -= 1
         self.garbage.clear()  # (the shared cache is cleared by the module recorder)
+        self.owners.clear()
         if not self.active and not self.disabled and not self.regions:
             self.mode.__enter__()
             self.active = True
@@ -175,15 +179,12 @@ class OpRecorder(Instrumentation):
                 self.active = True
 
     # --- attribution hooks ----------------------------------------------------------------
-    def _after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if not self.active or not self.session.recording:
-            return
-        name = self.recorder.module_names.get(module)
-        if name is None:
-            return
-        for t in _tensors(output):
-            if t.requires_grad and t.grad_fn is not None:
-                t.register_hook(_BackwardRegion(self, name))
+    def _module_boundary(self, *_: Any) -> None:
+        """After the module recorder's own hooks (registered first) moved its stack: autograd
+        nodes created from here on belong to the module now innermost."""
+        if self.active and self.session.recording:
+            stack = self.recorder.stack
+            self.owners.mark(stack[-1] if stack else "")
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         self.optimizer = type(optimizer).__name__
@@ -200,11 +201,9 @@ class OpRecorder(Instrumentation):
         """(phase, module) of the op being dispatched."""
         if self.optimizer:
             return Phase.OPTIMIZER, self.optimizer
-        task = torch._C._current_graph_task_id()
-        if task >= 0:
-            if task != self.backward_task:
-                self.backward_task, self.backward_module = task, ""
-            return Phase.BACKWARD, self.backward_module
+        if torch._C._current_graph_task_id() >= 0:
+            node = torch._C._current_autograd_node()
+            return Phase.BACKWARD, self.owners.owner(node) if node is not None else ""
         stack = self.recorder.stack
         return Phase.FORWARD, stack[-1] if stack else ""
 
@@ -345,27 +344,45 @@ class _Plan(NamedTuple):
     views: list[tuple[torch.Tensor, Fingerprint]]  # a view op's inputs and their fingerprints
 
 
-class _BackwardRegion:
-    """Tensor hook on a module output: the backward of that module starts when it fires."""
+class NodeOwners:
+    """Which module created each autograd node. Autograd numbers nodes per thread in creation
+    order (``_sequence_nr``); the module hooks mark the next number each time the innermost
+    running module changes, so a node belongs to the module of the last mark at or below its
+    number. Exact for nested modules and for a module's own code between its children.
 
-    __slots__ = ("name", "owner")
+    >>> owners = NodeOwners({})
+    >>> owners.starts, owners.modules = [0, 4, 9], ["model", "model.fc", "model"]
+    >>> owners._by_number(5), owners._by_number(9)
+    ('model.fc', 'model')
+    """
 
-    def __init__(self, owner: OpRecorder, name: str) -> None:
-        self.owner, self.name = owner, name
+    def __init__(self, param_names: dict[int, str]) -> None:
+        self.param_names = param_names  # id(parameter) -> name, the module recorder's
+        self.starts: list[int] = []
+        self.modules: list[str] = []
 
-    def __call__(self, grad: torch.Tensor | None) -> None:
-        owner = self.owner
-        # A tensor that is the output of nested modules carries one hook per module, inner
-        # first: the gradient object is the same, and the innermost module keeps the region.
-        if grad is not None and owner.region_grad() is grad:
-            return
-        owner.backward_task = torch._C._current_graph_task_id()
-        owner.backward_module = self.name
-        owner.region_grad = weakref.ref(grad) if grad is not None else _none
+    def mark(self, module: str) -> None:
+        number = torch._C._autograd._get_sequence_nr()  # the next node's number
+        if self.starts and self.starts[-1] == number:
+            self.modules[-1] = module  # no node was created in between
+        else:
+            self.starts.append(number)
+            self.modules.append(module)
 
+    def owner(self, node: Any) -> str:
+        variable = getattr(node, "variable", None)  # AccumulateGrad: its parameter's module
+        if variable is not None:
+            name = self.param_names.get(id(variable), "")
+            return name.rpartition(".")[0] if "." in name else ""
+        return self._by_number(node._sequence_nr())
 
-def _none() -> None:
-    return None
+    def _by_number(self, number: int) -> str:
+        index = bisect_right(self.starts, number) - 1
+        return self.modules[index] if index >= 0 else ""
+
+    def clear(self) -> None:
+        self.starts.clear()
+        self.modules.clear()
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
