@@ -5,6 +5,10 @@ The model is the sample CNN of ``sample_runs/train.py`` (SmallCNN, batch 64, SGD
 directory per block); every step is timed on its own and the figure is median(op-level step) /
 median(unrecorded step), target <= 1.5x. The first step of a recorded block (adopting the model,
 creating the file) is left out of the medians; the module-level ratio is reported alongside.
+
+Threads: 1 by default, as in bench_recording.py (two OpenMP threads on the shared 2-core machine
+make step times jump at random); ``--threads N`` measures another count. The figure depends on
+it: the recorder's hashing and Python run on one thread while the kernels speed up with more.
 """
 
 from __future__ import annotations
@@ -50,7 +54,16 @@ def make_step(model: nn.Module) -> Callable[[], None]:
     return step
 
 
-def main() -> None:
+def thread_counts() -> list[int]:
+    """``--threads N``: that count only; else 1 (the target figure) and 2 (for information)."""
+    args = sys.argv[1:]
+    if "--threads" in args:
+        return [int(args[args.index("--threads") + 1])]
+    return [1] if QUICK else [1, 2]
+
+
+def measure(threads: int) -> dict[str, list[float]]:
+    torch.set_num_threads(threads)
     blocks, steps = (3, 6) if QUICK else (6, 12)
     step = make_step(sample_model())
     timed_steps(step, 3)  # warm-up
@@ -65,20 +78,27 @@ def main() -> None:
                     times[granularity] += timed_steps(step, steps)[1:]
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    plain = median(times["plain"])
-    ratio = median(times["op"]) / plain
-    emit(
-        "op_level_overhead_sample_cnn",
-        target="<= 1.5",
-        met=ratio <= 1.5,
-        ratio=ratio,
-        detail={
-            "module_level_ratio": round(median(times["module"]) / plain, 4),
-            "plain_step_s": spread(times["plain"]),
-            "op_step_s": spread(times["op"]),
-            "threads": torch.get_num_threads(),
-        },
-    )
+    return times
+
+
+def main() -> None:
+    for index, threads in enumerate(thread_counts()):
+        times = measure(threads)
+        plain = median(times["plain"])
+        ratio = median(times["op"]) / plain
+        target = index == 0  # the first count is the one the target is judged on
+        emit(
+            "op_level_overhead_sample_cnn" + ("" if target else f"_{threads}threads"),
+            target="<= 1.5" if target else "info",
+            met=(ratio <= 1.5) if target else None,
+            ratio=ratio,
+            detail={
+                "module_level_ratio": round(median(times["module"]) / plain, 4),
+                "plain_step_s": spread(times["plain"]),
+                "op_step_s": spread(times["op"]),
+                "threads": threads,
+            },
+        )
 
 
 if __name__ == "__main__":
