@@ -93,8 +93,13 @@ def scan(ra: np.ndarray, rb: np.ndarray, mapping: np.ndarray) -> Scan:
     n = min(ra.size, rb.size)
     differs = np.zeros(n, dtype=bool)
     mixed: int | None = None
+    # Runs of one program intern their strings in the same order: then a block whose bytes are
+    # equal matches in every field, and one memory comparison settles it.
+    same_ids = np.array_equal(mapping, np.arange(mapping.size))
     for start in range(0, n, BLOCK_ROWS):
         a, b = ra[start : min(n, start + BLOCK_ROWS)], rb[start : min(n, start + BLOCK_ROWS)]
+        if same_ids and _same_bytes(a, b):
+            continue
         same = a["name"] == mapping[b["name"]]
         for field in ("step", "phase", "kind", "slot"):
             same &= a[field] == b[field]
@@ -112,6 +117,18 @@ def scan(ra: np.ndarray, rb: np.ndarray, mapping: np.ndarray) -> Scan:
         if end < BLOCK_ROWS and start + end < n:
             return Scan(start + end, differs[: start + end], mixed)
     return Scan(n, differs, mixed)
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two equally long record blocks hold the same bytes (compared as uint64 words)."""
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return False
+    x, y = a.view(np.uint8), b.view(np.uint8)
+    words = x.size // 8 * 8
+    return bool(
+        np.array_equal(x[:words].view(np.uint64), y[:words].view(np.uint64))
+        and np.array_equal(x[words:], y[words:])
+    )
 
 
 def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
@@ -243,22 +260,40 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
 
 
 def _propagation(records: np.ndarray, differs: np.ndarray) -> Propagation:
+    """How far the divergence spread. Works on the differing rows and on the last step only:
+    the step, kind and phase fields are strided columns of millions of rows."""
     step, kind = records["step"], records["kind"]
-    first_step = int(step[np.argmax(differs)])
-    loss_rows = np.flatnonzero(differs & (kind == Kind.LOSS))
-    updates = (kind == Kind.PARAM) & (records["phase"] == Phase.OPTIMIZER)
-    # the last step that updated parameters (records after the last optimizer step open another)
-    final_step = int(step[updates][-1]) if updates.any() else int(step[-1]) if step.size else 0
-    final_params = (step == final_step) & updates
+    rows = np.flatnonzero(differs)
+    steps = step[rows]
+    first_step = int(steps[0])
+    loss = rows[kind[rows] == Kind.LOSS]
+    final_step = _last_update_step(records)
+    # steps never decrease along a file: the final step's rows are one slice
+    lo, hi = np.searchsorted(step, [final_step, final_step + 1])
+    last = records[lo:hi]
+    final_params = (last["kind"] == Kind.PARAM) & (last["phase"] == Phase.OPTIMIZER)
     return Propagation(
-        differing_records=int(differs.sum()),
-        differing_in_first_step=int((differs & (step == first_step)).sum()),
-        steps_with_differences=int(np.unique(step[differs]).size),
-        first_loss_difference_step=int(step[loss_rows[0]]) if loss_rows.size else None,
-        final_params_differing=int((final_params & differs).sum()),
-        final_params_total=int(final_params.sum()),
+        differing_records=int(rows.size),
+        differing_in_first_step=int(np.count_nonzero(steps == first_step)),
+        steps_with_differences=int(np.unique(steps).size),
+        first_loss_difference_step=int(step[loss[0]]) if loss.size else None,
+        final_params_differing=int(np.count_nonzero(final_params & differs[lo:hi])),
+        final_params_total=int(np.count_nonzero(final_params)),
         final_step=final_step,
     )
+
+
+def _last_update_step(records: np.ndarray, window: int = 1 << 16) -> int:
+    """The last step that updated parameters (records after the last optimizer step open
+    another), looking back from the end a window at a time; the last step if none did."""
+    end = records.size
+    while end > 0:
+        tail = records[max(0, end - window) : end]
+        updates = np.flatnonzero((tail["kind"] == Kind.PARAM) & (tail["phase"] == Phase.OPTIMIZER))
+        if updates.size:
+            return int(tail["step"][updates[-1]])
+        end -= window
+    return int(records["step"][-1]) if records.size else 0
 
 
 def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:

@@ -86,7 +86,7 @@ class RunFile:
                 f"version {FORMAT_VERSION}",
                 hint="compare it with the diverge version that recorded it",
             )
-        raw = file[RECORDS][()]
+        raw = _read_records(file[RECORDS])
         strings = [s.decode() if isinstance(s, bytes) else str(s) for s in file[STRINGS][()]]
         ends = np.flatnonzero(raw["kind"] == Kind.STEP_END)
         complete = _complete_prefix(raw, ends)
@@ -133,6 +133,17 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     """Only the metadata of a run file (cheap: no records are read)."""
     with h5py.File(path, "r") as file:
         return dict(json.loads(file.attrs.get("meta", "{}")))
+
+
+def _read_records(dataset: h5py.Dataset) -> np.ndarray:
+    """The whole ``records`` dataset, read straight into its array (h5py's slicing path costs
+    a third more on millions of rows)."""
+    if not isinstance(dataset, h5py.Dataset):  # a damaged link can name a group or a type
+        raise TypeError(f"'{RECORDS}' is a {type(dataset).__name__}, not a dataset")
+    records = np.empty(dataset.shape, dtype=RECORD_DTYPE)
+    if records.size:
+        dataset.id.read(h5py.h5s.ALL, h5py.h5s.ALL, records)
+    return records
 
 
 def _string_ids(records: np.ndarray) -> np.ndarray:
