@@ -60,6 +60,7 @@ class Session:
 
     def __init__(self, config: RecordConfig, run_dir: str | Path) -> None:
         self.config = config
+        self._every_step = config.steps.start <= 0 and config.steps.stop is None
         self.run_dir = Path(run_dir)
         self.step = 0
         self.mode = "auto"
@@ -92,6 +93,8 @@ class Session:
     @property
     def recording(self) -> bool:
         """Whether the current step is inside ``--steps`` (and recording has not failed)."""
+        if self._every_step:  # the default: asked by every hook and op, so kept cheap
+            return not self.failure
         return not self.failure and self.config.steps.contains(self.current_step)
 
     @property
