@@ -55,8 +55,10 @@ class Recorder:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        deactivate()  # first: writing the last step may need the framework's resolvers
-        self._detach()
+        try:
+            deactivate()  # first: writing the last step may need the framework's resolvers
+        finally:
+            self._detach()
 
 
 def probe(value: T, name: str) -> T:

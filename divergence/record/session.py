@@ -5,7 +5,7 @@ Frameworks call it from their hooks::
     if session.begin_event() and session.wants(name):
         session.add(Phase.FORWARD, Kind.OUTPUT, name, fingerprint, slot=0)
 
-Steps. A step is written and flushed at ``optimizer.step()`` (LBFGS closures run inside it); an
+Steps. A step is written (durably) at ``optimizer.step()`` (LBFGS closures run inside it); an
 optimizer stepping right after another appends its records to the same step as a second block. A
 step also ends at an explicit ``divergence.step()``, or, in a process that never steps an
 optimizer, at each root-module forward.
@@ -131,7 +131,7 @@ class Session:
         return self.begin_event()
 
     def optimizer_stepped(self) -> None:
-        """After an ``optimizer.step()``: the step is written and flushed now, so a kill right
+        """After an ``optimizer.step()``: the step is written now, so a kill right
         after it loses nothing that completed."""
         if self.mode == "explicit":
             return
@@ -236,7 +236,7 @@ class Session:
         return index
 
     def _write(self, step: int, start: int, end: int) -> None:
-        """Write buffered rows ``start:end`` as step ``step`` (one block, then a flush)."""
+        """Write buffered rows ``start:end`` as step ``step`` (one block, one write)."""
         block = self._encode(step, self._rows[start:end])
         dumps = [Dump(i - start, *d) for i, d in self._dumps.items() if start <= i < end]
         if self.writer is None:
@@ -303,6 +303,8 @@ class Session:
 
     def forget_after_fork(self) -> None:
         """In a forked child (DataLoader worker): start empty; never touch the parent's file."""
+        if self.writer is not None:
+            self.writer.abandon()
         self.writer = None
         self._reset_buffer()
         self._strings, self._new_strings, self._shapes = {"": 0}, [], {}

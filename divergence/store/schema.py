@@ -28,7 +28,7 @@ STEP_END_MAGIC = 0xD1BE_26E5_0000_5EED
 RECORDS = "records"
 STRINGS = "strings"
 TENSORS = "tensors"
-CHUNK_RECORDS = 2048  # rows per chunk: ~200 KiB, small runs stay small
+CHUNK_RECORDS = 2048  # rows per chunk (78 KiB): small runs stay small
 
 
 class Phase(IntEnum):

@@ -39,7 +39,10 @@ from divergence.store.schema import (
 )
 
 LATE_META_KEYS = ("notes", "seeds", "distributed")  # grow during the run / known after init
-GROWTH_CHUNKS = (1, 64)  # chunks allocated ahead: first, and at most per growth
+AHEAD_CHUNKS = 64  # at most this many chunks are allocated ahead of the rows written
+# Writers a forked child inherited: kept referenced so the child never closes (and so rewrites)
+# its parent's file; see RunFileWriter.abandon.
+_ABANDONED: list[RunFileWriter] = []
 
 
 @dataclass(frozen=True)
@@ -55,43 +58,51 @@ class RecordSpace:
     """The ``records`` dataset's allocated rows, written in place with ``os.pwrite``.
 
     Zero-filled chunks are allocated (``ALLOC_TIME_EARLY``) and flushed before any row goes
-    into them, and HDF5 never caches them (chunk cache off), so nothing HDF5 writes later can
-    overwrite a row. A reader keeps rows up to the last end-of-step marker; the zero rows past
-    it read as :attr:`Kind.INVALID`.
+    into them, and the writer's dataset handle has no chunk cache, so nothing HDF5 writes later
+    can overwrite a row. A reader keeps rows up to the last end-of-step marker; the zero rows
+    past it read as :attr:`Kind.INVALID`. (A reader in the writing process may see stale rows:
+    its own handle caches chunks.)
     """
 
-    def __init__(self, file: h5py.File, path: str | Path) -> None:
+    def __init__(self, file: h5py.File, dataset: h5py.Dataset, path: str | Path) -> None:
         self._file = file
-        self._dataset = file[RECORDS]
+        self._dataset = dataset
         self._fd = os.open(path, os.O_RDWR)
         self._offsets: list[int] = []  # file offset of each allocated chunk
         self.capacity = 0
         self.rows = 0
 
     def append(self, data: bytes) -> None:
-        """Write packed rows after the last ones (one ``pwrite`` per chunk they touch)."""
+        """Write packed rows after the last ones (``pwrite`` per chunk they touch, repeated
+        until every byte is written: a gap before a genuine end marker would read as rows)."""
         itemsize = RECORD_DTYPE.itemsize
-        count = len(data) // itemsize
+        count, partial = divmod(len(data), itemsize)
+        if partial:
+            raise ValueError(f"{len(data)} bytes are not whole records of {itemsize} bytes")
         if self.rows + count > self.capacity:
             self._grow(self.rows + count)
-        first = self.rows
-        while data:
-            chunk, within = divmod(first, CHUNK_RECORDS)
-            room = (CHUNK_RECORDS - within) * itemsize
-            os.pwrite(self._fd, data[:room], self._offsets[chunk] + within * itemsize)
-            data = data[room:]
-            first += room // itemsize
+        view, position = memoryview(data), self.rows * itemsize
+        while view:
+            chunk, within = divmod(position, CHUNK_RECORDS * itemsize)
+            piece = view[: CHUNK_RECORDS * itemsize - within]
+            written = os.pwrite(self._fd, piece, self._offsets[chunk] + within)
+            view, position = view[written:], position + written
         self.rows += count
 
     def _grow(self, needed: int) -> None:
-        chunks = max(GROWTH_CHUNKS[0], min(len(self._offsets), GROWTH_CHUNKS[1]))
-        chunks = max(chunks, -(-(needed - self.capacity) // CHUNK_RECORDS))
-        self.capacity += chunks * CHUNK_RECORDS
-        self._dataset.resize((self.capacity,))
-        for index in range(len(self._offsets), self.capacity // CHUNK_RECORDS):
-            info = self._dataset.id.get_chunk_info_by_coord((index * CHUNK_RECORDS,))
-            self._offsets.append(int(info.byte_offset))
+        """Allocate chunks for ``needed`` rows: the capacity doubles, by at most
+        :data:`AHEAD_CHUNKS` chunks at a time (or by what one large step needs)."""
+        missing = -(-(needed - self.capacity) // CHUNK_RECORDS)
+        chunks = max(missing, min(len(self._offsets) or 1, AHEAD_CHUNKS))
+        capacity = self.capacity + chunks * CHUNK_RECORDS
+        self._dataset.resize((capacity,))
+        offsets = [
+            int(self._dataset.id.get_chunk_info_by_coord((index * CHUNK_RECORDS,)).byte_offset)
+            for index in range(len(self._offsets), capacity // CHUNK_RECORDS)
+        ]
         self._file.flush()  # the new chunks are in the file's index before a row lands in them
+        self._offsets += offsets
+        self.capacity = capacity
 
     def close(self) -> None:
         """Trim the dataset to the rows written. Trimming rewrites the last chunk from HDF5's
@@ -99,11 +110,17 @@ class RecordSpace:
         chunk are read back from the file first and written again after the trim."""
         itemsize = RECORD_DTYPE.itemsize
         chunk, within = divmod(self.rows, CHUNK_RECORDS)
-        tail = os.pread(self._fd, within * itemsize, self._offsets[chunk]) if within else b""
-        os.close(self._fd)
+        try:
+            tail = os.pread(self._fd, within * itemsize, self._offsets[chunk]) if within else b""
+        finally:
+            os.close(self._fd)
         self._dataset.resize((self.rows,))
         if tail:
             self._dataset[self.rows - within :] = np.frombuffer(tail, dtype=RECORD_DTYPE)
+
+    def abandon(self) -> None:
+        """In a forked child: stop writing without touching the parent's file."""
+        os.close(self._fd)
 
 
 class RunFileWriter:
@@ -111,9 +128,9 @@ class RunFileWriter:
     :class:`RecordSpace`), flushing HDF5 whenever it wrote, and the ``earliest`` format bound:
     a SIGKILL leaves a file that opens up to its last completed step."""
 
-    def __init__(self, file: h5py.File, path: str | Path) -> None:
+    def __init__(self, file: h5py.File, records: h5py.Dataset, path: str | Path) -> None:
         self._file = file
-        self._records = RecordSpace(file, path)
+        self._records = RecordSpace(file, records, path)
         self._strings = file[STRINGS]
         self.steps = 0
         self.bytes_dumped = 0
@@ -134,15 +151,17 @@ class RunFileWriter:
         file.attrs["meta"] = json.dumps(meta, sort_keys=True, default=str)
         allocate_early = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
         allocate_early.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-        file.create_dataset(
+        no_chunk_cache = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        no_chunk_cache.set_chunk_cache(0, 0, 1.0)  # (h5py reads rdcc_nbytes=0 as "unset")
+        records = file.create_dataset(
             RECORDS,
             shape=(0,),
             maxshape=(None,),
             dtype=RECORD_DTYPE,
             chunks=(CHUNK_RECORDS,),
             dcpl=allocate_early,
+            dapl=no_chunk_cache,  # HDF5 keeps no copy of a chunk that pwrite changes under it
             fill_time="alloc",  # zeros on disk at allocation: unwritten rows read as INVALID
-            rdcc_nbytes=0,  # HDF5 keeps no copy of a chunk that pwrite changes under it
         )
         strings = file.create_dataset(
             STRINGS, shape=(1,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,)
@@ -150,7 +169,11 @@ class RunFileWriter:
         strings[0] = ""
         file.create_group(TENSORS)
         file.flush()
-        return cls(file, path)
+        try:
+            return cls(file, records, path)
+        except OSError as exc:
+            file.close()
+            raise RecordError(f"{path}: cannot open run file for writing ({exc})") from exc
 
     def append_step(
         self, step: int, block: bytes | np.ndarray, strings: list[str], dumps: list[Dump]
@@ -180,9 +203,29 @@ class RunFileWriter:
             known = json.loads(self._file.attrs["meta"])
             late = {k: v for k, v in meta.items() if k not in known or k in LATE_META_KEYS}
             self._file.attrs["meta"] = json.dumps({**known, **late}, sort_keys=True, default=str)
-        self._records.close()
-        self._file.attrs["end"] = json.dumps({"time": time.time(), **end}, default=str)
-        self._file.close()
+        try:
+            self._records.close()
+            self._file.attrs["end"] = json.dumps({"time": time.time(), **end}, default=str)
+        finally:
+            self._file.close()
+
+    def abandon(self) -> None:
+        """In a forked child: let go of the parent's file without ever writing to it.
+
+        Closing the inherited HDF5 file (or HDF5 closing it at the child's exit) would write
+        the parent's superblock as it was at the fork, and a parent that has grown the file
+        since would leave one that does not open if it is killed before writing it again. So
+        HDF5's descriptor is pointed at /dev/null and the writer is kept referenced forever.
+        """
+        self._records.abandon()
+        try:
+            handle = self._file.id.get_vfd_handle()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            os.dup2(devnull, handle)
+            os.close(devnull)
+        except (OSError, ValueError, TypeError):
+            pass  # no descriptor to redirect: keeping the writer referenced still holds
+        _ABANDONED.append(self)
 
 
 def mark_exit_status(path: str | Path, status: int) -> None:

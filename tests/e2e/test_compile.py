@@ -89,3 +89,40 @@ def test_a_change_inside_a_compiled_region_is_placed_in_the_region(record: Recor
     assert (first["step"], first["location"], first["kind"]) == (0, "Net", "output")
     assert first["origin"] is True
     assert "torch.compile region `Net`" in first["origin_text"]
+
+
+def test_compile_with_options_and_nested_regions_in_process(tmp_path: Path) -> None:
+    """``torch.compile(**options)(model)`` stays a module; a compiled helper called from
+    compiled code is part of that region (no graph break: ``fullgraph=True`` holds). Everything
+    is compiled inside the recorder, as under ``diverge record`` (which patches at import)."""
+    from torch import nn
+
+    import divergence
+
+    torch.manual_seed(0)
+    with divergence.Recorder(tmp_path / "run"):
+
+        @torch.compile(backend="aot_eager", fullgraph=True)
+        def scale(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        class Net(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return scale(self.fc(x))
+
+        model = Net()
+        compiled = torch.compile(backend="aot_eager", fullgraph=True)(model)
+        assert isinstance(compiled, nn.Module)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad()
+            compiled(torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+            scale(torch.ones(2))  # called eagerly: a region of its own
+    regions = [name for _, kind, name in records_of(tmp_path / "run") if kind == "compiled"]
+    assert regions.count("Net") == 2
+    assert sum(name.endswith("scale>") for name in regions) == 2

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -526,41 +529,60 @@ def test_forget_after_fork_drops_the_buffer(tmp_path: Path) -> None:
     assert run_files(tmp_path) == []
 
 
-def test_forget_after_fork_leaves_the_parent_file_alone(tmp_path: Path) -> None:
-    s = make(tmp_path / "parent")
+FORK_SCRIPT = """
+import os, sys
+from divergence.fingerprint import Algorithm
+from divergence.record.config import RecordConfig
+from divergence.record.session import Fingerprint, Session, activate, deactivate
+from divergence.store.schema import Kind, Phase
+
+def step(s, rows):
     s.begin_event()
-    add(s, "a")
+    for i in range(rows):
+        fingerprint = Fingerprint(i, "float32", (2,), Algorithm.XXH3_64)
+        s.add(Phase.FORWARD, Kind.OUTPUT, "layer", fingerprint, i)
     s.explicit_step()
-    parent_writer = s.writer
-    assert parent_writer is not None
-    s.forget_after_fork()
-    assert s.writer is None
-    s.finish()  # the child's exit must not close or extend the parent's file
-    parent_writer.append_step(1, np.zeros(0, dtype=read(tmp_path / "parent").records.dtype), [], [])
-    parent_writer.close({})
-    rf = read(tmp_path / "parent")
-    assert rf.steps.tolist() == [0, 1]
-    assert rf.end is not None and "failure" not in rf.end
+
+s = activate(Session(RecordConfig(output=sys.argv[1]), sys.argv[1]))
+step(s, 10)
+step(s, 10)
+grown, done = os.pipe()
+kept = s.writer  # a reference the child inherits: without care it closes the file at its exit
+pid = os.fork()
+if pid == 0:  # a worker: waits until the parent grew its file, records a step of its own,
+    os.read(grown, 1)  # then exits the normal way (atexit, HDF5 closing what is open)
+    step(s, 3)
+    deactivate()
+    sys.exit(0)
+step(s, 3000)  # the parent grows its file past what the child saw at the fork
+os.write(done, b"x")
+os.waitpid(pid, 0)
+for _ in range(3):  # steps that fit the allocated space: HDF5 writes nothing more
+    step(s, 10)
+os._exit(0)  # killed: the parent never closes its file
+"""
 
 
-def test_forked_child_writes_a_self_contained_file(tmp_path: Path) -> None:
-    s = make(tmp_path / "parent")
-    s.begin_event()
-    add(s, "layer")
-    s.explicit_step()
-    parent_writer = s.writer
-    assert parent_writer is not None
-    s.forget_after_fork()  # as in a forked DataLoader worker (which has another pid)
-    s.run_dir = tmp_path / "child"
-    try:
-        s.begin_event()
-        add(s, "layer")
-        s.explicit_step()
-        s.finish()
-    finally:
-        parent_writer.close({})
-    rf = read(tmp_path / "child")
-    assert list(by_step(rf).values()) == [["layer"]]
+def test_a_forked_child_never_touches_its_parents_file(tmp_path: Path) -> None:
+    """The child closing (or HDF5 closing at its exit) the inherited file would write the
+    parent's superblock as it was at the fork: a parent killed later would leave a file that
+    does not open."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    files = {path.name: RunFile.open(path) for path in run_files(tmp_path)}
+    assert len(files) == 2, files
+    parent = next(f for f in files.values() if f.steps_complete == 6)
+    child = next(f for f in files.values() if f.steps_complete == 1)
+    assert not parent.complete and child.complete
+    assert parent.records.size == 5 * 11 + 3001
+    assert [int(n) for n in child.records["slot"][:-1]] == [0, 1, 2]
 
 
 def test_fail_stops_recording_and_is_recorded(

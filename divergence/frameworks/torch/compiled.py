@@ -57,9 +57,8 @@ def wrap_compile(
     def patch(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if model is None:  # @torch.compile(...) with options: a decorator comes back
-                decorator = original(*args, **kwargs)
-                return lambda fn: _region(decorator(fn), fn, enter, leave)
+            if model is None:  # @torch.compile(...) with options: the decorator torch returns
+                return original(*args, **kwargs)  # calls torch.compile, this patch, again
             compiled = original(model, *args, **kwargs)
             if isinstance(compiled, torch.nn.Module) or not callable(compiled):
                 return compiled  # an OptimizedModule: its forward hooks mark the region
@@ -81,6 +80,8 @@ def _region(
 
     @functools.wraps(compiled)
     def region(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():  # called from code dynamo traces: part of that region
+            return compiled(*args, **kwargs)
         enter(owner, args)
         output = None
         try:

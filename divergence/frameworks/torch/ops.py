@@ -99,8 +99,10 @@ class OpRecorder(Instrumentation):
     def install(self) -> Callable[[], None]:
         s, r = self.session, self.recorder
         for handle in (
-            register_module_forward_pre_hook(eager_only(self._module_boundary)),
-            register_module_forward_hook(eager_only(self._module_boundary), always_call=True),
+            register_module_forward_pre_hook(eager_only(self.guard(self._module_boundary))),
+            register_module_forward_hook(
+                eager_only(self.guard(self._module_boundary)), always_call=True
+            ),
             register_optimizer_step_pre_hook(self._before_optimizer_step),
             register_optimizer_step_post_hook(self._after_optimizer_step),
         ):
@@ -244,10 +246,11 @@ class OpRecorder(Instrumentation):
         dump = s.wants_dump(name)
         note = encode_call(func, args, kwargs) if dump and inputs else ""
         prints = []
+        written_ids = {id(w) for w in written}
         for slot, t in enumerate(inputs):
             # An argument the op writes is read past the cache: the cache may hold a value
             # stored under the same version by an earlier alias of it.
-            cached = not written or all(w is not t for w in written)
+            cached = id(t) not in written_ids
             prints.append(self._add(phase, Kind.OP_INPUT, name, t, slot, dump, cached, note))
             note = ""
         views = list(zip(inputs, prints, strict=True)) if info.view else []
@@ -365,6 +368,10 @@ class NodeOwners:
         number = torch._C._autograd._get_sequence_nr()  # the next node's number
         if self.starts and self.starts[-1] == number:
             self.modules[-1] = module  # no node was created in between
+        elif self.starts and self.starts[-1] > number:
+            # numbers are per thread: a forward on another thread (activation checkpointing on
+            # a device thread) starts over, so that earlier nodes are not named wrongly
+            self.starts, self.modules = [number], [module]
         else:
             self.starts.append(number)
             self.modules.append(module)
@@ -420,9 +427,21 @@ def _same_view(
     """The fingerprint of an input that ``t`` aliases exactly (same memory, dtype, shape and
     strides: ``detach``, ``alias``, a ``view`` to the same shape). A fingerprint is a function of
     exactly these, and a view op writes nothing, so the input's is ``t``'s without a hash."""
+    if t.layout != torch.strided:
+        return None
+    try:
+        return _alias_of(t, inputs)
+    except RuntimeError:  # a tensor without storage: no alias to speak of
+        return None
+
+
+def _alias_of(
+    t: torch.Tensor, inputs: list[tuple[torch.Tensor, Fingerprint]]
+) -> Fingerprint | None:
     for u, fingerprint in inputs:
         if (
-            u.data_ptr() == t.data_ptr()
+            u.layout == torch.strided
+            and u.data_ptr() == t.data_ptr()
             and u.dtype == t.dtype
             and u.shape == t.shape
             and u.stride() == t.stride()
