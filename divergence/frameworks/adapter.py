@@ -14,7 +14,8 @@ guard that turns a recorder bug into a stopped recording instead of a crashed tr
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from divergence.record.session import Session
@@ -26,6 +27,10 @@ class Instrumentation:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.undo: list[Callable[[], None]] = []
+
+    def install(self) -> Callable[[], None]:
+        """Install every hook and patch; returns :meth:`remove`."""
+        raise NotImplementedError
 
     def remove(self) -> None:
         """Undo every patch and registration, last first."""
@@ -78,3 +83,48 @@ class Instrumentation:
                 return None
 
         return guarded
+
+
+class OpZoom(Instrumentation):
+    """Base of the op-level recorders: the recorder's own tensor work runs paused, so it never
+    shows up as ops of the run."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        self.paused = 0
+
+    def paused_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` running with op recording paused."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self.pause():
+                return fn(*args, **kwargs)
+
+        return call
+
+    @contextmanager
+    def pause(self) -> Iterator[None]:
+        self.paused += 1
+        try:
+            yield
+        finally:
+            self.paused -= 1
+
+
+def with_op_zoom(
+    session: Session,
+    recorder: Instrumentation,
+    install_zoom: Callable[[], Callable[[], None]],
+) -> Callable[[], None]:
+    """Install ``recorder`` and, with ``--granularity op``, the op-level zoom on top of it;
+    returns one function that removes both (the zoom first)."""
+    remove = recorder.install()
+    if session.config.granularity != "op":
+        return remove
+    remove_zoom = install_zoom()
+
+    def remove_all() -> None:
+        remove_zoom()
+        remove()
+
+    return remove_all

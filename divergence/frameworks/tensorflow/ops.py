@@ -26,7 +26,6 @@ computes unrecorded (tested with ``fit``). Under XLA the probes are compiled int
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
 import tensorflow as tf
@@ -34,7 +33,7 @@ from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import backprop
 from tensorflow.python.framework import op_callbacks
 
-from divergence.frameworks.adapter import Instrumentation
+from divergence.frameworks.adapter import OpZoom
 from divergence.frameworks.tensorflow.fingerprint import readable
 from divergence.frameworks.tensorflow.recorder import EAGER, GRAPH, KerasRecorder
 from divergence.frameworks.tensorflow.table import ProbeSpec
@@ -54,13 +53,12 @@ GRAPPLER_NOTE = (
 )
 
 
-class TfOpRecorder(Instrumentation):
+class TfOpRecorder(OpZoom):
     """Owns the op callback and the gradient-function wrapper; :meth:`remove` undoes them."""
 
     def __init__(self, session: Session, recorder: KerasRecorder) -> None:
         super().__init__(session)
         self.recorder = recorder
-        self.paused = 0
         self.scopes: dict[str, str] = {}  # forward name scope -> layer name
         # eager: id of a forward op's output -> (order, layer), for gradient functions that
         # TensorFlow calls without the forward op's name scope (cleared every step)
@@ -90,27 +88,12 @@ class TfOpRecorder(Instrumentation):
         )
         return self.remove
 
-    def paused_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self.pause():
-                return fn(*args, **kwargs)
-
-        return call
-
     def _pause_at_step_start(self, session: Session) -> None:
         self.paused += 1  # generator states are read with TF ops
 
     def _resume_after_step_start(self, session: Session) -> None:
         self.paused -= 1
         self.produced.clear()
-
-    @contextmanager
-    def pause(self) -> Any:
-        self.paused += 1
-        try:
-            yield
-        finally:
-            self.paused -= 1
 
     def _gradient_function(
         self,

@@ -10,18 +10,14 @@ from divergence.record.session import Session
 def install(session: Session) -> Callable[[], None]:
     """Instrument torch for ``session``; returns the function that removes every hook.
     With ``granularity == "op"`` the op-level zoom (``ops.py``) is added on top."""
+    from divergence.frameworks.adapter import with_op_zoom
     from divergence.frameworks.torch.recorder import TorchRecorder
 
     recorder = TorchRecorder(session)
-    remove = recorder.install()
-    if session.config.granularity != "op":
-        return remove
-    from divergence.frameworks.torch import ops
 
-    remove_ops = ops.install(session, recorder)
+    def zoom() -> Callable[[], None]:
+        from divergence.frameworks.torch import ops
 
-    def remove_all() -> None:
-        remove_ops()
-        remove()
+        return ops.install(session, recorder)
 
-    return remove_all
+    return with_op_zoom(session, recorder, zoom)

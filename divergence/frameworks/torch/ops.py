@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -45,7 +44,7 @@ from torch.optim.optimizer import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from divergence.frameworks.adapter import Instrumentation
+from divergence.frameworks.adapter import OpZoom
 from divergence.frameworks.torch.calls import encode_call
 from divergence.frameworks.torch.compiled import eager_only
 from divergence.frameworks.torch.fingerprint import (
@@ -73,7 +72,7 @@ UNINITIALISED = frozenset(
 )
 
 
-class OpRecorder(Instrumentation):
+class OpRecorder(OpZoom):
     """Owns the dispatch mode and the hooks that attribute ops; :meth:`remove` undoes them.
 
     ``recorder`` is the module-level :class:`TorchRecorder` (its module stack and names).
@@ -84,7 +83,6 @@ class OpRecorder(Instrumentation):
         self.recorder = recorder
         self.mode = _Mode(self)
         self.active = False
-        self.paused = 0
         self.disabled = False  # a forked child (DataLoader worker) records no ops
         self.optimizer = ""  # class name of the optimizer whose step() is running
         self.owners = NodeOwners(recorder.param_names)
@@ -125,21 +123,6 @@ class OpRecorder(Instrumentation):
     def remove(self) -> None:
         self._exit_mode()
         super().remove()
-
-    def paused_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self.pause():
-                return fn(*args, **kwargs)
-
-        return call
-
-    @contextmanager
-    def pause(self) -> Iterator[None]:
-        self.paused += 1
-        try:
-            yield
-        finally:
-            self.paused -= 1
 
     def _pause_callback(self, session: Session) -> None:
         self.paused += 1  # undone by _at_step_start, the last step-start callback
