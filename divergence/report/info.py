@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console, ConsoleOptions, RenderResult
-from rich.table import Table
 from rich.text import Text
 
 from divergence.compare.environment import flatten
+from divergence.report.terminal import key_value_table
 from divergence.store.run import Run
 from divergence.store.schema import Kind
 
@@ -75,18 +75,11 @@ class RunSummary:
                 f" {p.probes} probes, {p.dumped} dumped tensors; {state}; exit status "
                 f"{'unknown' if p.exit_status is None else p.exit_status}"
             )
-            table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
-            table.add_column(style="dim", no_wrap=True)
-            table.add_column(overflow="fold")
-            table.add_row("kinds", ", ".join(f"{k} {n:,}" for k, n in p.kinds.items()))
             flat = flatten(p.meta)
-            for key in SHOWN_META:
-                if key in flat:
-                    table.add_row(key, str(flat[key]))
-            for key, value in flat.items():
-                if key.startswith("env."):
-                    table.add_row(key, str(value))
-            yield table
+            rows = [("kinds", ", ".join(f"{k} {n:,}" for k, n in p.kinds.items()))]
+            rows += [(key, str(flat[key])) for key in SHOWN_META if key in flat]
+            rows += [(key, str(value)) for key, value in flat.items() if key.startswith("env.")]
+            yield key_value_table(rows)
 
 
 def _count_probes(records: np.ndarray) -> int:

@@ -103,8 +103,10 @@ def divergence_table(d: Divergence) -> Table:
 def key_value_table(rows: Iterable[tuple[str, str]]) -> Table:
     """Dim keys and values that wrap inside their own column."""
     table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
-    table.add_column(style="dim", no_wrap=True)
-    table.add_column(overflow="fold", max_width=84)
+    # long keys (determinism.torch.are_deterministic_algorithms_enabled) fold rather than
+    # squeeze every value into a narrow column
+    table.add_column(style="dim", overflow="fold", max_width=36)
+    table.add_column(overflow="fold", min_width=30, max_width=84)
     for key, value in rows:
         table.add_row(key, value)
     return table
