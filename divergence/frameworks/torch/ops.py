@@ -55,6 +55,7 @@ from divergence.frameworks.torch.fingerprint import (
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import Kind, Phase
 
+OP_INPUT, OP_OUTPUT = Kind.OP_INPUT, Kind.OP_OUTPUT  # read per op: module constants
 # Ops whose outputs are uninitialised memory (op packet names).
 UNINITIALISED = frozenset(
     {
@@ -87,11 +88,13 @@ class OpRecorder(OpZoom):
         self.optimizer = ""  # class name of the optimizer whose step() is running
         self.owners = NodeOwners(recorder.param_names)
         self.regions = 0  # torch.compile regions running: the mode is popped meanwhile
-        self.names: dict[tuple[str, Any], str] = {}
+        # keyed by id(op overload): overloads live as long as torch, and OpOverload.__hash__ is
+        # Python code that every op would pay for twice
+        self.names: dict[tuple[str, int], str] = {}
         self.garbage: set[int] = set()  # storage pointers of uninitialised memory
         # Shared with the module recorder: a module's output is the last op's output.
         self.cache: FingerprintCache = recorder.cache
-        self.op_info: dict[Any, _OpInfo] = {}
+        self.op_info: dict[int, _OpInfo] = {}
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -193,7 +196,7 @@ class OpRecorder(OpZoom):
         return Phase.FORWARD, stack[-1] if stack else ""
 
     def record_name(self, module: str, func: Any) -> str:
-        key = (module, func)
+        key = (module, id(func))
         name = self.names.get(key)
         if name is None:
             name = self.names[key] = f"{module}/{func}" if module else str(func)
@@ -223,24 +226,24 @@ class OpRecorder(OpZoom):
         name = self.record_name(module, func)
         if not s.begin_event() or not s.wants(name):
             return None
-        info = self.op_info.get(func) or self._learn(func)
+        info = self.op_info.get(id(func)) or self._learn(func)
         inputs = _call_tensors(args, kwargs)
         written = _written(info, args, kwargs) if info.written else []
         dump = s.wants_dump(name)
         note = encode_call(func, args, kwargs) if dump and inputs else ""
         prints = []
-        written_ids = {id(w) for w in written}
+        written_ids = {id(w) for w in written} if written else ()
         for slot, t in enumerate(inputs):
             # An argument the op writes is read past the cache: the cache may hold a value
             # stored under the same version by an earlier alias of it.
             cached = id(t) not in written_ids
-            prints.append(self._add(phase, Kind.OP_INPUT, name, t, slot, dump, cached, note))
+            prints.append(self._add(phase, OP_INPUT, name, t, slot, dump, cached, note))
             note = ""
         views = list(zip(inputs, prints, strict=True)) if info.view else []
         return _Plan(phase, name, info, written, dump, views)
 
     def _learn(self, func: Any) -> _OpInfo:
-        info = self.op_info[func] = _OpInfo.of(func)
+        info = self.op_info[id(func)] = _OpInfo.of(func)
         return info
 
     def after(self, plan: _Plan, func: Any, out: Any) -> None:
@@ -258,7 +261,7 @@ class OpRecorder(OpZoom):
                 self.cache.put(t, alias)
                 s.add(phase, Kind.OP_OUTPUT, name, alias, slot)
                 continue
-            self._add(phase, Kind.OP_OUTPUT, name, t, slot, plan.dump, not info.mutable)
+            self._add(phase, OP_OUTPUT, name, t, slot, plan.dump, not info.mutable)
         if self.garbage:
             for t in plan.written:
                 self.garbage.discard(_storage(t))
