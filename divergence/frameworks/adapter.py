@@ -110,6 +110,30 @@ class OpZoom(Instrumentation):
         finally:
             self.paused -= 1
 
+    def pause_session_work(self) -> None:
+        """Pause around the session's own tensor work: the step-start callbacks (generator
+        states) and the resolvers of pending device fingerprints. :meth:`after_step_start`
+        runs once a step has started."""
+        s = self.session
+        s.on_step_start.insert(0, self._pause_step_start)
+        s.on_step_start.append(self._resume_step_start)
+        self.undo.append(lambda: s.on_step_start.remove(self._pause_step_start))
+        self.undo.append(lambda: s.on_step_start.remove(self._resume_step_start))
+        originals = dict(s.resolvers)
+        for kind, resolver in originals.items():
+            s.resolvers[kind] = self.paused_call(resolver)
+        self.undo.append(lambda: s.resolvers.update(originals))
+
+    def _pause_step_start(self, session: Session) -> None:
+        self.paused += 1  # undone by _resume_step_start, the last step-start callback
+
+    def _resume_step_start(self, session: Session) -> None:
+        self.paused -= 1
+        self.after_step_start()
+
+    def after_step_start(self) -> None:
+        """What a zoom does at every step start (subclasses)."""
+
 
 def with_op_zoom(
     session: Session,

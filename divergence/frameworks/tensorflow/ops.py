@@ -74,13 +74,7 @@ class TfOpRecorder(OpZoom):
             self.patch(r, attr, self.paused_call)
         for attr in ("probe", "event"):  # every graph probe goes through the table
             self.patch(r.table, attr, self.paused_call)
-        steps = self.session.on_step_start
-        steps.insert(0, self._pause_at_step_start)
-        steps.append(self._resume_after_step_start)
-        self.undo.append(lambda: steps.remove(self._pause_at_step_start))
-        self.undo.append(lambda: steps.remove(self._resume_after_step_start))
-        for kind, resolver in list(self.session.resolvers.items()):
-            self.session.resolvers[kind] = self.paused_call(resolver)
+        self.pause_session_work()  # generator states are read with TF ops
         # TensorFlow calls the gradient function it registered from C++: register a wrapper.
         pywrap_tfe.TFE_Py_RegisterGradientFunction(self._gradient_function)
         self.undo.append(
@@ -88,11 +82,7 @@ class TfOpRecorder(OpZoom):
         )
         return self.remove
 
-    def _pause_at_step_start(self, session: Session) -> None:
-        self.paused += 1  # generator states are read with TF ops
-
-    def _resume_after_step_start(self, session: Session) -> None:
-        self.paused -= 1
+    def after_step_start(self) -> None:
         self.produced.clear()
 
     def _gradient_function(

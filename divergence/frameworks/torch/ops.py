@@ -98,7 +98,7 @@ class OpRecorder(OpZoom):
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
-        s, r = self.session, self.recorder
+        r = self.recorder
         for handle in (
             register_module_forward_pre_hook(eager_only(self.guard(self._module_boundary))),
             register_module_forward_hook(
@@ -109,15 +109,8 @@ class OpRecorder(OpZoom):
         ):
             self.undo.append(handle.remove)
         # The recorder's own tensor work must not appear as ops: pause around it.
-        s.on_step_start.insert(0, self._pause_callback)
-        s.on_step_start.append(self._at_step_start)
-        self.undo.append(lambda: s.on_step_start.remove(self._pause_callback))
-        self.undo.append(lambda: s.on_step_start.remove(self._at_step_start))
-        original_add = r._add
-        r._add = self.paused_call(original_add)
-        self.undo.append(lambda: setattr(r, "_add", original_add))
-        for kind, resolver in list(s.resolvers.items()):
-            s.resolvers[kind] = self.paused_call(resolver)
+        self.pause_session_work()
+        self.patch(r, "_add", self.paused_call)
         r.region_listeners.append(self._compiled_region)
         self.undo.append(lambda: r.region_listeners.remove(self._compiled_region))
         os.register_at_fork(after_in_child=self._after_fork)
@@ -127,11 +120,7 @@ class OpRecorder(OpZoom):
         self._exit_mode()
         super().remove()
 
-    def _pause_callback(self, session: Session) -> None:
-        self.paused += 1  # undone by _at_step_start, the last step-start callback
-
-    def _at_step_start(self, session: Session) -> None:
-        self.paused -= 1
+    def after_step_start(self) -> None:
         self.garbage.clear()  # (the shared cache is cleared by the module recorder)
         self.owners.clear()
         if not self.active and not self.disabled and not self.regions:
