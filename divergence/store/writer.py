@@ -86,6 +86,8 @@ class RecordSpace:
             chunk, within = divmod(position, CHUNK_RECORDS * itemsize)
             piece = view[: CHUNK_RECORDS * itemsize - within]
             written = os.pwrite(self._fd, piece, self._offsets[chunk] + within)
+            if not written:
+                raise OSError(f"pwrite wrote nothing at row {position // itemsize}")
             view, position = view[written:], position + written
         self.rows += count
 
