@@ -34,10 +34,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
-from torch.nn.modules.module import (
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
@@ -46,7 +42,6 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from divergence.frameworks.adapter import OpZoom
 from divergence.frameworks.torch.calls import encode_call
-from divergence.frameworks.torch.compiled import eager_only
 from divergence.frameworks.torch.fingerprint import (
     FingerprintCache,
     dtype_name,
@@ -100,10 +95,6 @@ class OpRecorder(OpZoom):
     def install(self) -> Callable[[], None]:
         r = self.recorder
         for handle in (
-            register_module_forward_pre_hook(eager_only(self.guard(self._module_boundary))),
-            register_module_forward_hook(
-                eager_only(self.guard(self._module_boundary)), always_call=True
-            ),
             register_optimizer_step_pre_hook(self._before_optimizer_step),
             register_optimizer_step_post_hook(self._after_optimizer_step),
         ):
@@ -113,6 +104,8 @@ class OpRecorder(OpZoom):
         self.patch(r, "_add", self.paused_call)
         r.region_listeners.append(self._compiled_region)
         self.undo.append(lambda: r.region_listeners.remove(self._compiled_region))
+        r.module_listeners.append(self._module_boundary)
+        self.undo.append(lambda: r.module_listeners.remove(self._module_boundary))
         os.register_at_fork(after_in_child=self._after_fork)
         return self.remove
 
@@ -156,12 +149,11 @@ class OpRecorder(OpZoom):
                 self.active = True
 
     # --- attribution hooks ----------------------------------------------------------------
-    def _module_boundary(self, *_: Any) -> None:
-        """After the module recorder's own hooks (registered first) moved its stack: autograd
-        nodes created from here on belong to the module now innermost."""
+    def _module_boundary(self, module: str) -> None:
+        """The module recorder's stack moved: autograd nodes created from here on belong to
+        ``module``, now innermost."""
         if self.active and self.session.recording:
-            stack = self.recorder.stack
-            self.owners.mark(stack[-1] if stack else "")
+            self.owners.mark(module)
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         self.optimizer = type(optimizer).__name__
@@ -324,7 +316,7 @@ class _Plan(NamedTuple):
 
 class NodeOwners:
     """Which module created each autograd node. Autograd numbers nodes per thread in creation
-    order (``_sequence_nr``); the module hooks mark the next number each time the innermost
+    order (``_sequence_nr``); the module recorder marks the next number each time the innermost
     running module changes, so a node belongs to the module of the last mark at or below its
     number. Exact for nested modules and for a module's own code between its children.
 

@@ -79,6 +79,8 @@ class TorchRecorder(Instrumentation):
         self.stepped_this_step: set[int] = set()
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
+        # called with the innermost running module's name whenever it changes (op level)
+        self.module_listeners: list[Callable[[str], None]] = []
         self.compiled_depth = 0  # torch.compile regions running: nothing inside is recorded
 
     # --- installation ---------------------------------------------------------------------
@@ -168,6 +170,17 @@ class TorchRecorder(Instrumentation):
         for slot, t in enumerate(tensors):
             self._add(phase, kind, name, t, slot)
 
+    def _push(self, name: str) -> None:
+        self.stack.append(name)
+        for listener in self.module_listeners:
+            listener(name)
+
+    def _pop(self) -> str:
+        name = self.stack.pop()
+        for listener in self.module_listeners:
+            listener(self.stack[-1] if self.stack else "")
+        return name
+
     # --- hooks ----------------------------------------------------------------------------
     def before_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         inner = compiled_module(module)
@@ -180,7 +193,7 @@ class TorchRecorder(Instrumentation):
         s = self.session
         root = not self.stack
         name = self._name_of(module)
-        self.stack.append(name)
+        self._push(name)
         # A root with parameters is a model: its call may start a step and its inputs are the
         # batch. A parameter-free root (a loss module called after the model) just has inputs.
         is_model = root and next(module.parameters(), None) is not None
@@ -198,7 +211,7 @@ class TorchRecorder(Instrumentation):
             self._leave(output)
 
     def _leave(self, output: Any) -> None:
-        name = self.stack.pop()
+        name = self._pop()
         s = self.session
         if not s.begin_event() or not s.wants(name):
             return
@@ -219,7 +232,7 @@ class TorchRecorder(Instrumentation):
             self._enter(owner, args)
         else:
             name = function_name(owner)
-            self.stack.append(f"{self.stack[-1]}.{name}" if self.stack else name)
+            self._push(f"{self.stack[-1]}.{name}" if self.stack else name)
             if s.begin_event() and s.wants(self.stack[-1]):
                 self._add_all(_phase_now(), Kind.INPUT, self.stack[-1], tensors_of(args))
         if s.begin_event() and s.wants(self.stack[-1]):
