@@ -164,7 +164,7 @@ class TfOpRecorder(OpZoom):
             return Phase.BACKWARD, self.backward[-1]
         module = r.stack[-1] if r.stack else ""
         if module:
-            scope = graph.get_name_scope() if graph is not None else _eager_scope()
+            scope = graph.get_name_scope() if graph is not None else tf.get_current_name_scope()
             if scope:
                 self.scopes.setdefault(scope, module)
         return Phase.FORWARD, module
@@ -185,11 +185,6 @@ class TfOpRecorder(OpZoom):
                 r.note(GRAPPLER_NOTE)
                 spec = ProbeSpec(phase, kind, name, slot, t.dtype.name, t.shape.rank)
                 r.table.probe(spec, t)
-
-
-def _eager_scope() -> str:
-    scope = tf.get_current_name_scope()
-    return str(scope)
 
 
 def install(session: Session, recorder: KerasRecorder) -> Callable[[], None]:
