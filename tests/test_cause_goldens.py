@@ -41,6 +41,8 @@ STEP = [
 ]
 INIT = (Phase.INIT, Kind.PARAM, "emb.weight", 0)
 
+SEEDED = [{"call": c, "seed": "0", "step": 0} for c in ("torch.manual_seed", "random.seed")]
+
 Change = tuple[int, str, Kind]  # (step, record name, kind) whose value run B changes
 STRUCTURE: list[Change] = [(-1, "structure", Kind.INVALID)]  # B takes another code path
 
@@ -62,12 +64,18 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], list[Change]]] = {
         [(1, "all_reduce/emb.weight", Kind.COLLECTIVE_OUT)],
     ),
     "structure": (CPU, CPU, STRUCTURE),
+    "seeds": (
+        {**CPU, "seeds": [*SEEDED, {"call": "torch.manual_seed", "seed": "1234", "step": 0}]},
+        {**CPU, "seeds": [*SEEDED, {"call": "torch.manual_seed", "seed": "5678", "step": 0}]},
+        [(0, "torch.cpu", Kind.RNG_STATE), (0, ADD, Kind.OP_OUTPUT)],
+    ),
 }
 
 
 def write_run(path: Path, meta: dict[str, Any], changes: list[Change]) -> Path:
     session = Session(RecordConfig(output=str(path)), path)
     session.metadata_providers.append(lambda: meta)
+    session.seeds = meta.get("seeds", [])
     for step in range(3):
         session.begin_event()
         rows = [INIT, *STEP] if step == 0 else STEP
@@ -105,6 +113,7 @@ EXPECTED = {
     "compute_switch": "compute",
     "communication": "communication",
     "structure": "structure",
+    "seeds": "seeds",
 }
 
 

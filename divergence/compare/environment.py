@@ -33,7 +33,37 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
     fa, fb = flatten(a), flatten(b)
     keys = sorted((set(fa) | set(fb)) - IGNORED)
     pairs = ((k, _normal(fa.get(k), k), _normal(fb.get(k), k)) for k in keys)
-    return [EnvDifference(k, a, b) for k, a, b in pairs if a != b]
+    differences = [EnvDifference(k, a, b) for k, a, b in pairs if a != b]
+    return [_seed_calls(d) if d.key == "seeds" else d for d in differences]
+
+
+def _seed_calls(difference: EnvDifference) -> EnvDifference:
+    """Only the seeding calls that differ, written as calls.
+
+    >>> a = [{"call": "random.seed", "seed": "0", "step": 0}]
+    >>> _seed_calls(EnvDifference("seeds", a, [{**a[0], "seed": "7"}]))
+    EnvDifference(key='seeds', a='random.seed(0) at step 0', b='random.seed(7) at step 0')
+    """
+    a, b = difference.a or [], difference.b or []
+    shown_a, shown_b = [], []
+    for index in range(max(len(a), len(b))):
+        call_a = _seed_call(a[index]) if index < len(a) else "no call"
+        call_b = _seed_call(b[index]) if index < len(b) else "no call"
+        if call_a != call_b:
+            shown_a.append(call_a)
+            shown_b.append(call_b)
+    return EnvDifference("seeds", _some(shown_a), _some(shown_b))
+
+
+def _seed_call(call: Any) -> str:
+    if not isinstance(call, dict):
+        return str(call)
+    return f"{call.get('call')}({call.get('seed')}) at step {call.get('step')}"
+
+
+def _some(calls: list[str], limit: int = 2) -> str:
+    more = f" (+{len(calls) - limit} more)" if len(calls) > limit else ""
+    return "; ".join(calls[:limit]) + more
 
 
 def _normal(value: Any, key: str) -> Any:

@@ -149,13 +149,20 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
         if prop.first_loss_difference_step is not None
         else "never (in the recorded steps)"
     )
+    in_first = prop.differing_in_first_step
     return [
-        f"{prop.differing_in_first_step:,} records differ in step {first.step}, "
-        f"{prop.differing_records:,} in all, over {prop.steps_with_differences} steps",
+        f"{counted(in_first, 'record')} {'differs' if in_first == 1 else 'differ'} in step "
+        f"{first.step}, {prop.differing_records:,} in all, over "
+        f"{counted(prop.steps_with_differences, 'step')}",
         f"loss differs {loss}",
         f"parameters after step {prop.final_step}: {prop.final_params_differing} of "
         f"{prop.final_params_total} differ",
     ]
+
+
+def counted(n: int, noun: str) -> str:
+    """``counted(1, "step")`` -> ``"1 step"``; ``counted(1200, "step")`` -> ``"1,200 steps"``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def render_text(comparison: Comparison, width: int = WIDTH) -> str:
