@@ -147,13 +147,25 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
         )
         return
     skipped = [i for i in inputs if records["status"][i]]
-    divergence.origin = True if not skipped else None
+    # A buffer of uninitialised memory is what the op writes (dropout's bernoulli_ into an
+    # empty_like): not an input whose value could have carried the difference in.
+    buffers = [i for i in skipped if UNINITIALISED in run.strings[records["note"][i]]]
+    unknown = len(skipped) - len(buffers)
+    divergence.origin = True if not unknown else None
     slots = ", ".join(str(records["slot"][i]) for i in inputs)
     divergence.matched_inputs = [f"{_code(op)} input{'s' if len(inputs) > 1 else ''} {slots}"]
+    notes = [f"{unknown} input(s) were not fingerprinted"] if unknown else []
+    if buffers:
+        written = ", ".join(str(records["slot"][i]) for i in buffers)
+        notes.append(f"input {written} held uninitialised memory, which the op overwrites")
+    detail = f" ({'; '.join(notes)})" if notes else ""
     divergence.origin_text = (
         f"{_code(op)} {slot} {where} ({divergence.phase}): its inputs matched, its output "
-        f"did not{'' if not skipped else f' ({len(skipped)} input(s) were not fingerprinted)'}"
+        f"did not{detail}"
     )
+
+
+UNINITIALISED = "uninitialised memory"  # in the note of such records (frameworks/torch/ops.py)
 
 
 def _op_call_inputs(run: RunFile, row: int) -> list[int]:

@@ -23,6 +23,7 @@ from divergence.compare.model import Comparison, Divergence
 from divergence.errors import RecordError
 from divergence.record.config import RecordConfig, StepRange
 from divergence.record.launcher import record, resolve_command
+from divergence.record.rng import RNG_STATE_GLOBS
 
 # Divergences the op-level zoom cannot refine: they arise before any op of the step runs.
 NO_ZOOM_KINDS = {
@@ -99,13 +100,14 @@ def zoom_globs(d: Divergence) -> tuple[str, ...]:
 
 
 def zoom_config(d: Divergence, output: Path) -> RecordConfig:
-    """Op level, only step ``d.step``, full tensors of what is recorded."""
+    """Op level, only step ``d.step``, full tensors of what is recorded. Generator states are
+    kept whatever the globs: they are the evidence when the origin is a random op."""
     step = StepRange(d.step, d.step + 1)
     globs = zoom_globs(d)
     return RecordConfig(
         output=str(output),
         steps=step,
-        include=globs,
+        include=(*globs, *RNG_STATE_GLOBS) if globs else (),
         dump=True,
         dump_steps=step,
         dump_include=globs,

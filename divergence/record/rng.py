@@ -18,6 +18,17 @@ import numpy as np
 from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
 from divergence.record.session import Fingerprint
 
+# The names of every generator-state record (here, frameworks/torch/recorder.py and
+# frameworks/tensorflow/rng.py), for filters that must keep them (a hunt's zoom).
+RNG_STATE_GLOBS = (
+    "python.random",
+    "numpy.random",
+    "torch.cpu",
+    "torch.cuda:*",
+    "tf.random.*",
+    "keras.global_seed_generator",
+)
+
 
 def host_rng_fingerprints() -> list[tuple[str, Fingerprint]]:
     """``[("python.random", ...), ("numpy.random", ...)]``: the MT19937 states, bit-exact."""

@@ -130,3 +130,31 @@ def test_backward_ops_belong_to_the_module_whose_forward_made_them(tmp_path: Pat
     } <= backward
     modules = {name.rpartition("/")[0] for name in backward}
     assert modules == {"", "0", "1", "1.fc", "1.norm", "2"}
+
+
+def test_dropout_with_another_seed_is_the_origin_at_bernoulli(tmp_path: Path) -> None:
+    """Dropout fills an uninitialised buffer with ``bernoulli_``: that buffer is what the op
+    writes, not an input that could carry a difference, so the op is the origin, and the
+    generator state is the evidence."""
+    import torch
+
+    import divergence
+    from divergence.compare.engine import compare_runs
+
+    def run(seed: int, out: Path) -> None:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.ones(2, 4)
+        with divergence.Recorder(out, granularity="op"):
+            torch.manual_seed(seed)
+            model(x).sum().backward()
+            optimizer.step()
+
+    run(1, tmp_path / "a")
+    run(2, tmp_path / "b")
+    first = compare_runs(tmp_path / "a", tmp_path / "b").first
+    assert first is not None and first.location == "1/aten.bernoulli_.float"
+    assert first.origin is True, first.origin_text
+    assert "uninitialised memory, which the op overwrites" in first.origin_text
+    assert first.rng_evidence == ["torch.cpu from step 0"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -67,3 +69,24 @@ def test_bfloat16_matches_torch() -> None:
     values = RNG.standard_normal(9).astype(np.float32)
     t = torch.from_numpy(values).to(torch.bfloat16)
     assert smix64_fingerprint(tf.constant(values, tf.bfloat16)) == smix64_fingerprint_tensor(t)
+
+
+def test_framework_generator_names_are_kept_by_a_hunts_zoom() -> None:
+    """TF's and Keras' global generators, once they exist, carry names in RNG_STATE_GLOBS."""
+    import keras
+    from keras.src.backend.common import global_state
+    from tensorflow.python.ops import stateful_random_ops
+
+    from divergence.frameworks.tensorflow.rng import framework_generators
+    from divergence.record.rng import RNG_STATE_GLOBS
+
+    previous = global_state.get_global_attribute("global_seed_generator")
+    tf.random.get_global_generator()
+    global_state.set_global_attribute("global_seed_generator", keras.random.SeedGenerator(1))
+    try:
+        names = [name for name, _ in framework_generators()]
+    finally:  # leave the process's generators as they were for the tests after this one
+        global_state.set_global_attribute("global_seed_generator", previous)
+        stateful_random_ops.global_generator = None
+    assert names == ["tf.random.global_generator", "keras.global_seed_generator"]
+    assert all(any(fnmatchcase(n, glob) for glob in RNG_STATE_GLOBS) for n in names)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from divergence.store.run import Run
+from divergence.store.schema import Kind
 
 FLIP = ("--flip-step", "2")
 DUMP = ("--dump-steps", "2:3", "--dump-include", "functional.flip")  # full tensors in-graph
@@ -113,6 +114,8 @@ def test_metadata_and_kinds(keras_cli: Any, runs: Path) -> None:
     assert "functional.dense.kernel/momentum" in names
     kinds = set(run.records["kind"].tolist())
     assert {1, 2, 4, 5, 6, 7, 8, 9, 11} <= kinds  # input output grad param state loss rng batch
+    rng = {run.strings[i] for i in run.records["name"][run.records["kind"] == Kind.RNG_STATE]}
+    assert rng == {"numpy.random", "python.random"}  # the framework's: test_fingerprint.py
 
 
 def test_notes_say_what_xla_and_steps_per_execution_change(keras_cli: Any, runs: Path) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import array
 import random
+from pathlib import Path
 
 import numpy as np
 
 from divergence.fingerprint import fingerprint_buffer, header_seed
-from divergence.record.rng import host_rng_fingerprints
+from divergence.record.rng import RNG_STATE_GLOBS, host_rng_fingerprints
 
 
 def prints() -> dict[str, int]:
@@ -62,3 +63,27 @@ def test_gaussian_cache_is_part_of_the_state() -> None:
     np.random.standard_normal()
     np.random.standard_normal()
     assert prints()["numpy.random"] != cached
+
+
+def test_every_generator_record_of_a_torch_run_is_kept_by_a_hunts_zoom(tmp_path: Path) -> None:
+    """The zoom's ``--include`` keeps the generator states (the evidence for a random op)."""
+    from fnmatch import fnmatchcase
+
+    import torch
+
+    import divergence
+    from divergence.compare.model import Divergence
+    from divergence.record.hunt import zoom_config
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind
+
+    with divergence.Recorder(tmp_path / "run"):
+        torch.nn.Linear(2, 2)(torch.ones(1, 2)).sum()
+        divergence.step()
+    run = Run.open(tmp_path / "run").processes[0].load()
+    rng = run.records["kind"] == Kind.RNG_STATE
+    names = {run.strings[i] for i in run.records["name"][rng]}
+    assert names == {"python.random", "numpy.random", "torch.cpu"}
+    zoom = zoom_config(Divergence("value", "p0", 3, "forward", "output", "fc", 0), tmp_path)
+    assert all(any(fnmatchcase(n, glob) for glob in zoom.include) for n in names)
+    assert set(RNG_STATE_GLOBS) <= set(zoom.include)
