@@ -39,6 +39,7 @@ from divergence.errors import CorruptRunError, IncomparableRunsError, UsageError
 from divergence.store.reader import RunFile, read_meta
 from divergence.store.run import Process, Run
 from divergence.store.schema import Kind
+from divergence.wording import counted
 
 FIRST, FOLLOWED, COMMUNICATION = "diverged first", "followed", "communication"
 INCOMPLETE, IDENTICAL = "incomplete", "identical"
@@ -266,7 +267,7 @@ def _role(
 
 def _ended(p: ProcessComparison) -> str:
     states = [
-        f"run {which} {'complete' if complete else 'incomplete'} after {steps} steps"
+        f"run {which} {'complete' if complete else 'incomplete'} after {counted(steps, 'step')}"
         for which, complete, steps in (
             ("A", p.complete_a, p.steps_a),
             ("B", p.complete_b, p.steps_b),

@@ -22,6 +22,7 @@ import divergence
 from divergence.errors import RecordError
 from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
 from divergence.store.writer import mark_exit_status
+from divergence.wording import counted
 
 BOOTSTRAP = Path(__file__).with_name("bootstrap") / "sitecustomize.py"
 PREFIX = "diverge: "
@@ -96,8 +97,8 @@ class Progress:
 
     def line(self) -> str:
         return (
-            f"{self.steps} steps, {self.records:,} records, {human_size(self.bytes)}"
-            f" ({self.processes} process{'es' if self.processes != 1 else ''})"
+            f"{counted(self.steps, 'step')}, {counted(self.records, 'record')}, "
+            f"{human_size(self.bytes)} ({counted(self.processes, 'process', 'processes')})"
         )
 
 

@@ -17,6 +17,7 @@ from divergence.compare.explain import split_op_name
 from divergence.record.hunt import Hunt
 from divergence.report.json_report import comparison_json
 from divergence.report.terminal import ComparisonReport, indented, key_value_table, section
+from divergence.wording import counted
 
 SCHEMA = "diverge.hunt/1"
 
@@ -41,7 +42,7 @@ def verdict(h: Hunt) -> str:
     if h.first is None:
         steps = max((p.steps_a for pair in h.pairs for p in pair.comparison.processes), default=0)
         runs = len(h.recorded) + (h.against is not None)
-        return f"IDENTICAL: {runs} runs match bit for bit over {steps} steps"
+        return f"IDENTICAL: {runs} runs match bit for bit over {counted(steps, 'step')}"
     report = h.report
     d = report.first if report is not None else None
     assert d is not None

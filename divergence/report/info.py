@@ -18,6 +18,7 @@ from divergence.compare.environment import flatten
 from divergence.report.terminal import key_value_table
 from divergence.store.run import Run
 from divergence.store.schema import Kind
+from divergence.wording import counted
 
 SHOWN_META = (
     "framework",
@@ -71,7 +72,8 @@ class RunSummary:
             state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
             steps = f"steps {p.first_step}..{p.last_step}" if p.steps else "no complete step"
             yield Text(
-                f"\n{p.key}  {p.path.name}: {p.steps} steps ({steps}), {p.records:,} records,"
+                f"\n{p.key}  {p.path.name}: {counted(p.steps, 'step')} ({steps}), "
+                f"{counted(p.records, 'record')},"
                 f" {p.probes} probes, {p.dumped} dumped tensors; {state}; exit status "
                 f"{'unknown' if p.exit_status is None else p.exit_status}"
             )

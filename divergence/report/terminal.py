@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from divergence.compare.model import Comparison, Divergence, ProcessComparison, display_value
+from divergence.wording import counted
 
 WIDTH = 100
 
@@ -59,7 +60,8 @@ def verdict(c: Comparison) -> Text:
         steps = max((p.steps_a for p in c.processes), default=0)
         records = sum(p.records_compared for p in c.processes)
         return Text(
-            f"IDENTICAL: {records:,} records over {steps} steps match bit for bit",
+            f"IDENTICAL: {counted(records, 'record')} over {counted(steps, 'step')} match bit "
+            "for bit",
             style="bold green",
         )
     where = f"{first.kind.replace('_', ' ')} of {first.location}" if first.location else "the end"
@@ -158,11 +160,6 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
         f"parameters after step {prop.final_step}: {prop.final_params_differing} of "
         f"{prop.final_params_total} differ",
     ]
-
-
-def counted(n: int, noun: str) -> str:
-    """``counted(1, "step")`` -> ``"1 step"``; ``counted(1200, "step")`` -> ``"1,200 steps"``."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def render_text(comparison: Comparison, width: int = WIDTH) -> str:
