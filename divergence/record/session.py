@@ -209,7 +209,7 @@ class Session:
         shape_id = self._shapes.get(shape)
         if shape_id is None:
             shape_id = self._shapes[shape] = self._intern(shape_text(shape))
-        note_id = self._intern(note or skipped) if note or skipped else 0
+        note_id = self._intern(skipped or note) if note or skipped else 0  # a skip says why
         if dump is not None:
             self._dumps[len(self._rows)] = dump
         self._rows.append(

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SCRIPTS, Recorder, compare_json
 
 OP = ("--granularity", "op")
@@ -132,21 +134,24 @@ def test_backward_ops_belong_to_the_module_whose_forward_made_them(tmp_path: Pat
     assert modules == {"", "0", "1", "1.fc", "1.norm", "2"}
 
 
-def test_dropout_with_another_seed_is_the_origin_at_bernoulli(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dump", [False, True])
+def test_dropout_with_another_seed_is_the_origin_at_bernoulli(tmp_path: Path, dump: bool) -> None:
     """Dropout fills an uninitialised buffer with ``bernoulli_``: that buffer is what the op
     writes, not an input that could carry a difference, so the op is the origin, and the
-    generator state is the evidence."""
+    generator state is the evidence. With dumps (as a hunt's zoom records) the skipped input
+    still says why, and the call's arguments move to the op's output record."""
     import torch
 
     import divergence
     from divergence.compare.engine import compare_runs
+    from divergence.store.schema import Kind
 
     def run(seed: int, out: Path) -> None:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         x = torch.ones(2, 4)
-        with divergence.Recorder(out, granularity="op"):
+        with divergence.Recorder(out, granularity="op", dump=dump):
             torch.manual_seed(seed)
             model(x).sum().backward()
             optimizer.step()
@@ -158,3 +163,19 @@ def test_dropout_with_another_seed_is_the_origin_at_bernoulli(tmp_path: Path) ->
     assert first.origin is True, first.origin_text
     assert "uninitialised memory, which the op overwrites" in first.origin_text
     assert first.rng_evidence == ["torch.cpu from step 0"]
+    if dump:
+        (row,) = notes_of(tmp_path / "a", "1/aten.bernoulli_.float", Kind.OP_OUTPUT)
+        assert row.startswith('{"op": "aten.bernoulli_.float"')
+
+
+def notes_of(run: Path, name: str, kind: int) -> list[str]:
+    """The notes of the records of ``name`` and ``kind`` in a one-process run."""
+    from divergence.store.run import Run
+
+    file = Run.open(run).processes[0].load()
+    records = file.records
+    return [
+        file.strings[r["note"]]
+        for r in records
+        if file.strings[r["name"]] == name and r["kind"] == kind
+    ]

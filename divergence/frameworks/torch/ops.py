@@ -218,10 +218,12 @@ class OpRecorder(OpZoom):
             # An argument the op writes is read past the cache: the cache may hold a value
             # stored under the same version by an earlier alias of it.
             cached = id(t) not in written_ids
-            prints.append(self._add(phase, OP_INPUT, name, t, slot, dump, cached, note))
-            note = ""
+            fingerprint = self._add(phase, OP_INPUT, name, t, slot, dump, cached, note)
+            prints.append(fingerprint)
+            if not fingerprint.skipped:  # a skipped record's note is its reason
+                note = ""
         views = list(zip(inputs, prints, strict=True)) if info.view else []
-        return _Plan(phase, name, info, written, dump, views)
+        return _Plan(phase, name, info, written, dump, views, note)
 
     def _learn(self, func: Any) -> _OpInfo:
         info = self.op_info[id(func)] = _OpInfo.of(func)
@@ -229,6 +231,7 @@ class OpRecorder(OpZoom):
 
     def after(self, plan: _Plan, func: Any, out: Any) -> None:
         s, phase, name, info = self.session, plan.phase, plan.name, plan.info
+        note = plan.note  # the call, when no input could carry it
         for slot, t in enumerate(_tensors(out)):
             if info.uninitialised:
                 self.garbage.add(_storage(t))
@@ -242,7 +245,10 @@ class OpRecorder(OpZoom):
                 self.cache.put(t, alias)
                 s.add(phase, Kind.OP_OUTPUT, name, alias, slot)
                 continue
-            self._add(phase, OP_OUTPUT, name, t, slot, plan.dump, not info.mutable)
+            if not self._add(
+                phase, OP_OUTPUT, name, t, slot, plan.dump, not info.mutable, note
+            ).skipped:
+                note = ""
         if self.garbage:
             for t in plan.written:
                 self.garbage.discard(_storage(t))
@@ -261,7 +267,7 @@ class OpRecorder(OpZoom):
         s = self.session
         if self.garbage and _storage(t) in self.garbage:
             skipped = _skip(t, "uninitialised memory: not compared")
-            s.add(phase, kind, name, skipped, slot, note)
+            s.add(phase, kind, name, skipped, slot)
             return skipped
         fingerprint = self.cache.get(t, cached)
         s.add(phase, kind, name, fingerprint, slot, note, to_host(t) if dump else None)
@@ -312,6 +318,7 @@ class _Plan(NamedTuple):
     written: list[torch.Tensor]  # tensor arguments of an in-place op
     dump: bool
     views: list[tuple[torch.Tensor, Fingerprint]]  # a view op's inputs and their fingerprints
+    note: str  # the call (dumps), not yet stored: every input was skipped
 
 
 class NodeOwners:

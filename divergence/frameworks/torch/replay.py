@@ -87,8 +87,9 @@ def replay(
 ) -> Replay:
     file = _single(run)
     inputs, outputs = _call_rows(file, step, pattern, call)
-    note = file.strings[file.records["note"][inputs[0]]]
-    if not note.startswith("{"):
+    notes = (file.strings[file.records["note"][row]] for row in (*inputs, *outputs))
+    note = next((n for n in notes if n.startswith("{")), "")
+    if not note:
         raise UsageError(
             f"the call of {pattern!r} at step {step} was recorded without its arguments",
             hint="record with --granularity op --dump (diverge hunt does)",
