@@ -29,7 +29,7 @@ def test_deterministic_script_exits_0(tmp_path: Path) -> None:
 
 
 def test_in_order_false_diverges_in_the_data(tmp_path: Path) -> None:
-    code, report = hunt(tmp_path / "h", str(SCRIPTS / "in_order_false.py"), "--steps", "8")
+    code, report = hunt(tmp_path / "h", str(SCRIPTS / "in_order_false.py"), "--steps", "16")
     first = report["report"]["first_divergence"]
     assert (code, report["status"]) == (1, "diverged")
     assert (first["phase"], first["kind"], first["location"]) == ("data", "batch", "dataloader")
