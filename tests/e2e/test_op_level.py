@@ -179,3 +179,30 @@ def notes_of(run: Path, name: str, kind: int) -> list[str]:
         for r in records
         if file.strings[r["name"]] == name and r["kind"] == kind
     ]
+
+
+@pytest.mark.parametrize("granularity", ["module", "op"])
+def test_a_transformer_training_keeps_its_bits_and_repeats(
+    record: Recorder, tmp_path: Path, granularity: str
+) -> None:
+    """Dropout, AdamW, clipping, a schedule, bf16 autocast and accumulation: recording changes
+    no bit of the trained weights, and two recorded runs compare identical."""
+    import torch
+
+    options = ("--granularity", granularity)
+    outs = [tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "plain.pt"]
+    runs = [
+        record("transformer.py", "--autocast", "--out", str(out), options=options)
+        for out in outs[:2]
+    ]
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / "transformer.py"), "--autocast", "--out", str(outs[2])],
+        check=True,
+        capture_output=True,
+    )
+    code, report = compare_json(*runs)
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+    recorded, plain = torch.load(outs[0]), torch.load(outs[2])
+    assert recorded.keys() == plain.keys()
+    for key in plain:
+        assert torch.equal(recorded[key].view(torch.uint8), plain[key].view(torch.uint8)), key
