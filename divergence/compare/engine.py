@@ -139,8 +139,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         _refuse_mixed_algorithms(a, b, result.mixed_algorithm)
     # RNG states are evidence, not divergences: an unseeded generator that is never drawn from
     # differs from the first step on and changes no tensor.
-    kinds = a.records["kind"][:structure_end]
-    rng_rows = kinds == Kind.RNG_STATE
+    rng_rows = a.records["kind"][:structure_end] == Kind.RNG_STATE
     value_differs = result.value_differs
     rng_differs = value_differs & rng_rows
     value_differs &= ~rng_rows
@@ -161,7 +160,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         process=key,
         path_a=a.path,
         path_b=b.path,
-        records_compared=int(structure_end - np.count_nonzero(kinds == Kind.STEP_END)),
+        records_compared=structure_end - int(np.searchsorted(a.step_ends, structure_end)),
         steps_a=a.steps_complete,
         steps_b=b.steps_complete,
         complete_a=a.complete,

@@ -54,6 +54,7 @@ class RunFile:
     exit_status: int | None
     torn_rows: int  # rows after the last completed step (a killed writer)
     steps: np.ndarray  # completed step numbers, in order (a step may end several blocks)
+    step_ends: np.ndarray  # row index of every step-end marker in ``records``
     dumped_rows: frozenset[int] = field(default_factory=frozenset)
 
     @classmethod
@@ -90,6 +91,7 @@ class RunFile:
         strings = [s.decode() if isinstance(s, bytes) else str(s) for s in file[STRINGS][()]]
         ends = np.flatnonzero(raw["kind"] == Kind.STEP_END)
         complete = _complete_prefix(raw, ends)
+        ends = ends[ends < complete]
         records = raw[:complete]
         if records.size and int(_string_ids(records).max()) >= len(strings):
             raise CorruptRunError(
@@ -104,7 +106,8 @@ class RunFile:
             exit_status=int(file.attrs["exit_status"]) if "exit_status" in file.attrs else None,
             # rows of a step that never ended (zero rows allocated ahead are not torn)
             torn_rows=int(np.count_nonzero(raw["kind"][complete:] != Kind.INVALID)),
-            steps=np.unique(raw["step"][ends[ends < complete]]),
+            steps=np.unique(raw["step"][ends]),
+            step_ends=ends,
             dumped_rows=frozenset(int(k) for k in file[TENSORS] if int(k) < complete),
         )
 
