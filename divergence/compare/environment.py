@@ -43,8 +43,14 @@ def _seed_calls(difference: EnvDifference) -> EnvDifference:
     >>> a = [{"call": "random.seed", "seed": "0", "step": 0}]
     >>> _seed_calls(EnvDifference("seeds", a, [{**a[0], "seed": "7"}]))
     EnvDifference(key='seeds', a='random.seed(0) at step 0', b='random.seed(7) at step 0')
+    >>> _seed_calls(EnvDifference("seeds", [{"call": "tf.random.set_seed", "seed": "1"}], []))
+    EnvDifference(key='seeds', a='tf.random.set_seed(1)', b='no call')
+    >>> _seed_calls(EnvDifference("seeds", 3, [])).a  # not a list of calls: shown as it is
+    3
     """
     a, b = difference.a or [], difference.b or []
+    if not isinstance(a, list) or not isinstance(b, list):
+        return difference
     shown_a, shown_b = [], []
     for index in range(max(len(a), len(b))):
         call_a = _seed_call(a[index]) if index < len(a) else "no call"
@@ -52,13 +58,16 @@ def _seed_calls(difference: EnvDifference) -> EnvDifference:
         if call_a != call_b:
             shown_a.append(call_a)
             shown_b.append(call_b)
+    if not shown_a:  # they differ in something a call does not show: keep it all
+        return difference
     return EnvDifference("seeds", _some(shown_a), _some(shown_b))
 
 
 def _seed_call(call: Any) -> str:
     if not isinstance(call, dict):
         return str(call)
-    return f"{call.get('call')}({call.get('seed')}) at step {call.get('step')}"
+    step = f" at step {call['step']}" if call.get("step") is not None else ""
+    return f"{call.get('call')}({call.get('seed')}){step}"
 
 
 def _some(calls: list[str], limit: int = 2) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 from divergence.compare.knowledge import Cause, labels, match_cause
 from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.store.reader import RunFile
-from divergence.store.schema import Kind, Phase
+from divergence.store.schema import UNINITIALISED, WRITTEN_BUFFER, Kind, Phase
 
 
 def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
@@ -147,17 +147,20 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
         )
         return
     skipped = [i for i in inputs if records["status"][i]]
-    # A buffer of uninitialised memory is what the op writes (dropout's bernoulli_ into an
-    # empty_like): not an input whose value could have carried the difference in.
-    buffers = [i for i in skipped if UNINITIALISED in run.strings[records["note"][i]]]
-    unknown = len(skipped) - len(buffers)
-    divergence.origin = True if not unknown else None
+    reasons = {i: run.strings[records["note"][i]] for i in skipped}
+    # A buffer of uninitialised memory that the op writes (dropout's bernoulli_ into an
+    # empty_like) is not an input whose value could have carried the difference in.
+    buffers = [i for i in skipped if reasons[i] == WRITTEN_BUFFER]
+    garbage = [i for i in skipped if i not in buffers and reasons[i].startswith(UNINITIALISED)]
+    unknown = len(skipped) - len(buffers) - len(garbage)
+    divergence.origin = True if len(buffers) == len(skipped) else None
     slots = ", ".join(str(records["slot"][i]) for i in inputs)
     divergence.matched_inputs = [f"{_code(op)} input{'s' if len(inputs) > 1 else ''} {slots}"]
     notes = [f"{unknown} input(s) were not fingerprinted"] if unknown else []
     if buffers:
-        written = ", ".join(str(records["slot"][i]) for i in buffers)
-        notes.append(f"input {written} held uninitialised memory, which the op overwrites")
+        notes.append(f"input {_slots(records, buffers)} held uninitialised memory, which it writes")
+    if garbage:
+        notes.append(f"it read uninitialised memory (input {_slots(records, garbage)})")
     detail = f" ({'; '.join(notes)})" if notes else ""
     divergence.origin_text = (
         f"{_code(op)} {slot} {where} ({divergence.phase}): its inputs matched, its output "
@@ -165,7 +168,8 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     )
 
 
-UNINITIALISED = "uninitialised memory"  # in the note of such records (frameworks/torch/ops.py)
+def _slots(records: np.ndarray, rows: list[int]) -> str:
+    return ", ".join(str(records["slot"][i]) for i in rows)
 
 
 def _op_call_inputs(run: RunFile, row: int) -> list[int]:

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from divergence.compare.explain import split_op_name
 from divergence.record.hunt import Hunt
+from divergence.record.rng import RNG_STATE_GLOBS
 from divergence.report.json_report import comparison_json
 from divergence.report.terminal import ComparisonReport, indented, key_value_table, section
 from divergence.wording import counted
@@ -62,7 +63,9 @@ def summary_rows(h: Hunt) -> list[tuple[str, str]]:
         rows.append(("zoom", f"not needed: {h.zoom_skipped}"))
     elif h.zoom is not None and h.zoom_config is not None:
         config = h.zoom_config
-        scope = ", ".join(config.include) if config.include else "every module"
+        # (the generator states it also keeps are evidence, not scope)
+        modules = [g for g in config.include if g not in RNG_STATE_GLOBS]
+        scope = ", ".join(modules) if modules else "every module"
         outcome = (
             "diverged again"
             if h.reproduced

@@ -74,7 +74,8 @@ class RunSummary:
             yield Text(
                 f"\n{p.key}  {p.path.name}: {counted(p.steps, 'step')} ({steps}), "
                 f"{counted(p.records, 'record')},"
-                f" {p.probes} probes, {p.dumped} dumped tensors; {state}; exit status "
+                f" {counted(p.probes, 'probe')}, {counted(p.dumped, 'dumped tensor')}; {state}; "
+                "exit status "
                 f"{'unknown' if p.exit_status is None else p.exit_status}"
             )
             flat = flatten(p.meta)

@@ -104,6 +104,12 @@ assert RECORD_STRUCT.size == RECORD_DTYPE.itemsize
 MAX_DIMS = 8  # used by in-graph probe tables (frameworks/tensorflow)
 
 
+# The note of a skipped op input that held uninitialised memory the op writes (dropout's
+# ``bernoulli_`` into an ``empty_like``): a buffer, not a value that could carry a difference.
+WRITTEN_BUFFER = "uninitialised memory, which the op writes: not compared"
+UNINITIALISED = "uninitialised memory"  # how every such note starts (FORMAT.md)
+
+
 def shape_text(shape: tuple[int, ...]) -> str:
     """How a shape is stored in ``strings``: ``(64, 256)`` -> ``"64,256"``; ``()`` -> ``""``."""
     return ",".join(map(str, shape))

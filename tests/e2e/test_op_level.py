@@ -161,7 +161,7 @@ def test_dropout_with_another_seed_is_the_origin_at_bernoulli(tmp_path: Path, du
     first = compare_runs(tmp_path / "a", tmp_path / "b").first
     assert first is not None and first.location == "1/aten.bernoulli_.float"
     assert first.origin is True, first.origin_text
-    assert "uninitialised memory, which the op overwrites" in first.origin_text
+    assert "input 0 held uninitialised memory, which it writes" in first.origin_text
     assert first.rng_evidence == ["torch.cpu from step 0"]
     if dump:
         (row,) = notes_of(tmp_path / "a", "1/aten.bernoulli_.float", Kind.OP_OUTPUT)
@@ -206,3 +206,19 @@ def test_a_transformer_training_keeps_its_bits_and_repeats(
     assert recorded.keys() == plain.keys()
     for key in plain:
         assert torch.equal(recorded[key].view(torch.uint8), plain[key].view(torch.uint8)), key
+
+
+def test_replay_rebuilds_a_buffer_the_op_writes(tmp_path: Path) -> None:
+    """The dumped bernoulli_ call (its only input an uninitialised buffer) replays."""
+    import torch
+
+    import divergence
+    from divergence.frameworks.torch.replay import replay
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    with divergence.Recorder(tmp_path / "run", granularity="op", dump=True):
+        model(torch.ones(2, 4)).sum().backward()
+        divergence.step()
+    result = replay(tmp_path / "run", 0, "1/aten.bernoulli_.float", times=2)
+    assert len(result.outputs) == 2 and result.recorded

@@ -81,12 +81,13 @@ def test_framework_generator_names_are_kept_by_a_hunts_zoom() -> None:
     from divergence.record.rng import RNG_STATE_GLOBS
 
     previous = global_state.get_global_attribute("global_seed_generator")
+    previous_tf = getattr(stateful_random_ops, "global_generator", None)
     tf.random.get_global_generator()
     global_state.set_global_attribute("global_seed_generator", keras.random.SeedGenerator(1))
     try:
         names = [name for name, _ in framework_generators()]
     finally:  # leave the process's generators as they were for the tests after this one
         global_state.set_global_attribute("global_seed_generator", previous)
-        stateful_random_ops.global_generator = None
+        stateful_random_ops.global_generator = previous_tf
     assert names == ["tf.random.global_generator", "keras.global_seed_generator"]
     assert all(any(fnmatchcase(n, glob) for glob in RNG_STATE_GLOBS) for n in names)

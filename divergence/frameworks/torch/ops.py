@@ -48,7 +48,7 @@ from divergence.frameworks.torch.fingerprint import (
     to_host,
 )
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import Kind, Phase
+from divergence.store.schema import WRITTEN_BUFFER, Kind, Phase
 
 OP_INPUT, OP_OUTPUT = Kind.OP_INPUT, Kind.OP_OUTPUT  # read per op: module constants
 # Ops whose outputs are uninitialised memory (op packet names).
@@ -218,7 +218,9 @@ class OpRecorder(OpZoom):
             # An argument the op writes is read past the cache: the cache may hold a value
             # stored under the same version by an earlier alias of it.
             cached = id(t) not in written_ids
-            fingerprint = self._add(phase, OP_INPUT, name, t, slot, dump, cached, note)
+            fingerprint = self._add(
+                phase, OP_INPUT, name, t, slot, dump, cached, note, written=not cached
+            )
             prints.append(fingerprint)
             if not fingerprint.skipped:  # a skipped record's note is its reason
                 note = ""
@@ -263,10 +265,11 @@ class OpRecorder(OpZoom):
         dump: bool,
         cached: bool,
         note: str = "",
+        written: bool = False,
     ) -> Fingerprint:
         s = self.session
         if self.garbage and _storage(t) in self.garbage:
-            skipped = _skip(t, "uninitialised memory: not compared")
+            skipped = _skip(t, WRITTEN_BUFFER if written else "uninitialised memory: not compared")
             s.add(phase, kind, name, skipped, slot)
             return skipped
         fingerprint = self.cache.get(t, cached)

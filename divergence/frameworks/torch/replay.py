@@ -21,7 +21,7 @@ from divergence.errors import UsageError
 from divergence.frameworks.torch.calls import decode_call
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor
 from divergence.store.reader import RunFile
-from divergence.store.schema import Kind
+from divergence.store.schema import WRITTEN_BUFFER, Kind, parse_shape
 
 
 @dataclass
@@ -94,7 +94,7 @@ def replay(
             f"the call of {pattern!r} at step {step} was recorded without its arguments",
             hint="record with --granularity op --dump (diverge hunt does)",
         )
-    tensors = [_load(file, row, device) for row in inputs]
+    tensors = [_input(file, row, device, pattern) for row in inputs]
     name = file.strings[file.records["name"][inputs[0]]]
     result = Replay(
         name,
@@ -144,6 +144,23 @@ def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[
             hint="record with --granularity op --dump (diverge hunt does)",
         )
     return inputs, outputs
+
+
+def _input(file: RunFile, row: int, device: str, pattern: str) -> torch.Tensor:
+    """An input as recorded; a buffer of uninitialised memory that the op writes is rebuilt
+    empty (its old contents never mattered)."""
+    records = file.records
+    if not records["status"][row]:
+        return _load(file, row, device)
+    reason = file.strings[records["note"][row]]
+    if reason != WRITTEN_BUFFER:
+        raise UsageError(
+            f"input {records['slot'][row]} of {pattern!r} was not fingerprinted ({reason}), "
+            "so the call cannot be replayed"
+        )
+    shape = parse_shape(file.strings[records["shape"][row]])
+    dtype = getattr(torch, file.strings[records["dtype"][row]])
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _load(file: RunFile, row: int, device: str) -> torch.Tensor:
