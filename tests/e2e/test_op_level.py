@@ -209,7 +209,8 @@ def test_a_transformer_training_keeps_its_bits_and_repeats(
 
 
 def test_replay_rebuilds_a_buffer_the_op_writes(tmp_path: Path) -> None:
-    """The dumped bernoulli_ call (its only input an uninitialised buffer) replays."""
+    """The dumped bernoulli_ call (its only input an uninitialised buffer) replays, each time
+    from the same generator state."""
     import torch
 
     import divergence
@@ -220,5 +221,8 @@ def test_replay_rebuilds_a_buffer_the_op_writes(tmp_path: Path) -> None:
     with divergence.Recorder(tmp_path / "run", granularity="op", dump=True):
         model(torch.ones(2, 4)).sum().backward()
         divergence.step()
-    result = replay(tmp_path / "run", 0, "1/aten.bernoulli_.float", times=2)
-    assert len(result.outputs) == 2 and result.recorded
+    before = torch.get_rng_state()
+    result = replay(tmp_path / "run", 0, "1/aten.bernoulli_.float", times=3)
+    # each execution starts from one generator state: a random op replays stable
+    assert len(result.outputs) == 3 and result.stable, result.outputs
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's generator is untouched

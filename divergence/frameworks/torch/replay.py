@@ -57,7 +57,8 @@ class Replay:
             "equal to the recorded output"
             if self.matches_recorded
             else "but NOT equal to the recorded output (this device, thread count or library "
-            "differs from the recording's)"
+            "differs from the recording's, or, for an op that draws random numbers, the "
+            "generator's state)"
         )
         return (
             f"STABLE: {self.times} executions gave identical outputs on {self.device}, "
@@ -105,14 +106,27 @@ def replay(
         torch.get_num_threads(),
         [int(file.records["fp"][r]) for r in outputs],
     )
-    for _ in range(times):
-        fresh = [t.clone() for t in tensors]  # in-place ops must start from the recorded values
-        op, args, kwargs = decode_call(note, fresh)
-        with torch.no_grad():
-            out = op(*args, **kwargs)
-        prints = (fingerprint_tensor(t).value for t in _tensors(out))
-        result.outputs.append(tuple(int(v) for v in prints))  # type: ignore[call-overload]
+    # Every execution starts from one generator state, so that a random op (dropout's
+    # bernoulli_) is judged on itself, not on the numbers drawn before it; the caller's state
+    # is restored after.
+    cuda = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda, device_type="cuda"):
+        start = torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in cuda]
+        for _ in range(times):
+            torch.set_rng_state(start[0])
+            for d, state in zip(cuda, start[1], strict=True):
+                torch.cuda.set_rng_state(state, d)
+            result.outputs.append(_execute(note, tensors))
     return result
+
+
+def _execute(note: str, tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    fresh = [t.clone() for t in tensors]  # in-place ops must start from the recorded values
+    op, args, kwargs = decode_call(note, fresh)
+    with torch.no_grad():
+        out = op(*args, **kwargs)
+    prints = (fingerprint_tensor(t).value for t in _tensors(out))
+    return tuple(int(v) for v in prints)  # type: ignore[call-overload]
 
 
 def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[int], list[int]]:
