@@ -154,8 +154,9 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     garbage = [i for i in skipped if i not in buffers and reasons[i].startswith(UNINITIALISED)]
     unknown = len(skipped) - len(buffers) - len(garbage)
     divergence.origin = True if len(buffers) == len(skipped) else None
-    slots = ", ".join(str(records["slot"][i]) for i in inputs)
-    divergence.matched_inputs = [f"{_code(op)} input{'s' if len(inputs) > 1 else ''} {slots}"]
+    divergence.matched_inputs = [
+        f"{_code(op)} input{'s' if len(inputs) > 1 else ''} {_slots(records, inputs)}"
+    ]
     notes = [f"{unknown} input(s) were not fingerprinted"] if unknown else []
     if buffers:
         notes.append(f"input {_slots(records, buffers)} held uninitialised memory, which it writes")

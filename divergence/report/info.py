@@ -71,12 +71,11 @@ class RunSummary:
         for p in self.processes:
             state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
             steps = f"steps {p.first_step}..{p.last_step}" if p.steps else "no complete step"
+            exit_status = "unknown" if p.exit_status is None else p.exit_status
             yield Text(
                 f"\n{p.key}  {p.path.name}: {counted(p.steps, 'step')} ({steps}), "
-                f"{counted(p.records, 'record')},"
-                f" {counted(p.probes, 'probe')}, {counted(p.dumped, 'dumped tensor')}; {state}; "
-                "exit status "
-                f"{'unknown' if p.exit_status is None else p.exit_status}"
+                f"{counted(p.records, 'record')}, {counted(p.probes, 'probe')}, "
+                f"{counted(p.dumped, 'dumped tensor')}; {state}; exit status {exit_status}"
             )
             flat = flatten(p.meta)
             rows = [("kinds", ", ".join(f"{k} {n:,}" for k, n in p.kinds.items()))]
