@@ -90,6 +90,42 @@ def test_uninitialised_memory_is_recorded_as_skipped(tmp_path: Path) -> None:
     assert rows[("aten.fill_.Scalar", Kind.OP_OUTPUT)][0] == 0
 
 
+def test_view_ops_are_left_to_the_op_that_reads_them(tmp_path: Path) -> None:
+    """A view (``t``, ``view``, ``detach``) computes nothing, so it gets no record of its own;
+    the op that reads it records the view as its input, fingerprinted as that view."""
+    import torch
+
+    import divergence
+    from divergence.frameworks.torch.fingerprint import fingerprint_tensor
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 3)
+    x = torch.randn(8)
+    with divergence.Recorder(tmp_path / "run", granularity="op"):
+        for _ in range(2):
+            lin(x.view(2, 4)).sum().backward()  # view, t, addmm; backward: t, mm, detach
+            divergence.step()
+    file = Run.open(tmp_path / "run").processes[0].load()
+    rows = [r for r in file.records if r["step"] == 1]
+    ops = {
+        file.strings[r["name"]].rpartition("/")[2]
+        for r in rows
+        if r["kind"] in (Kind.OP_INPUT, Kind.OP_OUTPUT)
+    }
+    assert {"aten.addmm.default", "aten.mm.default", "aten.sum.default"} <= ops
+    assert not [op for op in ops if op.split(".")[1] in ("t", "view", "detach")], ops
+    addmm_input_2 = next(
+        int(r["fp"])
+        for r in rows
+        if file.strings[r["name"]].endswith("/aten.addmm.default")
+        and r["kind"] == Kind.OP_INPUT
+        and r["slot"] == 2
+    )
+    assert addmm_input_2 == fingerprint_tensor(lin.weight.detach().t()).value
+
+
 def test_backward_ops_belong_to_the_module_whose_forward_made_them(tmp_path: Path) -> None:
     """Nested modules, a module's own code between its children, and parameter gradients."""
     import torch

@@ -105,16 +105,6 @@ class FingerprintCache:
             self._entries[id(t)] = (weakref.ref(t), version, result)
         return result
 
-    def put(self, t: torch.Tensor, fingerprint: Fingerprint) -> None:
-        """Remember a fingerprint known without hashing (an exact alias of a hashed tensor)."""
-        try:
-            version = t._version
-        except RuntimeError:
-            return
-        if len(self._entries) > self.LIMIT:
-            self._entries.clear()
-        self._entries[id(t)] = (weakref.ref(t), version, fingerprint)
-
     def clear(self) -> None:
         self._entries.clear()
 

@@ -16,6 +16,10 @@ The mode is pushed when a recorded step opens and popped at the optimizer step a
 step is recorded any more; every op also checks :attr:`Session.recording` first, so ops outside
 ``--steps`` cost one attribute read. ``--include`` globs filter by the record name.
 
+NB: view ops (``aten.view``, ``t``, ``detach``, ``transpose``, ...: ``OpOverload.is_view``) are not
+recorded. They compute nothing, so they can never be where runs start to differ, and the op that
+reads a view records it as its input. A third of a training step's aten ops are views (torch's
+own ``detach`` for saved tensors, the ``t`` before every ``addmm``), so this keeps the zoom cheap.
 NB: outputs of ops that return uninitialised memory (``empty``, ``new_empty``, ...) and views of
 them are recorded as skipped until an op writes into them: their bits differ run to run.
 NB: the recorder's own tensor work (dumps, device fingerprints, RNG states) runs with the mode
@@ -188,7 +192,8 @@ class OpRecorder(OpZoom):
         if self.paused or self.disabled or not s.recording:
             return func(*args, **kwargs)
         try:
-            plan = self.before(func, args, kwargs)
+            info = self.op_info.get(id(func)) or self._learn(func)
+            plan = None if info.view else self.before(func, info, args, kwargs)
         except Exception as exc:  # a recorder bug must not kill the training
             s.fail(f"op {func}: {type(exc).__name__}: {exc}")
             plan = None
@@ -200,19 +205,19 @@ class OpRecorder(OpZoom):
                 s.fail(f"op {func}: {type(exc).__name__}: {exc}")
         return out
 
-    def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Plan | None:
+    def before(
+        self, func: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> _Plan | None:
         """Record the op's inputs (before it runs: an in-place op overwrites them)."""
         s = self.session
         phase, module = self.where()
         name = self.record_name(module, func)
         if not s.begin_event() or not s.wants(name):
             return None
-        info = self.op_info.get(id(func)) or self._learn(func)
         inputs = _call_tensors(args, kwargs)
         written = _written(info, args, kwargs) if info.written else []
         dump = s.wants_dump(name)
         note = encode_call(func, args, kwargs) if dump and inputs else ""
-        prints = []
         written_ids = {id(w) for w in written} if written else ()
         for slot, t in enumerate(inputs):
             # An argument the op writes is read past the cache: the cache may hold a value
@@ -221,11 +226,9 @@ class OpRecorder(OpZoom):
             fingerprint = self._add(
                 phase, OP_INPUT, name, t, slot, dump, cached, note, written=not cached
             )
-            prints.append(fingerprint)
             if not fingerprint.skipped:  # a skipped record's note is its reason
                 note = ""
-        views = list(zip(inputs, prints, strict=True)) if info.view else []
-        return _Plan(phase, name, info, written, dump, views, note)
+        return _Plan(phase, name, info, written, dump, note)
 
     def _learn(self, func: Any) -> _OpInfo:
         info = self.op_info[id(func)] = _OpInfo.of(func)
@@ -240,13 +243,8 @@ class OpRecorder(OpZoom):
                 reason = f"uninitialised memory ({func}): not compared"
                 s.add(phase, Kind.OP_OUTPUT, name, _skip(t, reason), slot)
                 continue
-            if self.garbage and not info.view:
+            if self.garbage:
                 self.garbage.discard(_storage(t))  # freshly written (or written in place)
-            alias = _same_view(t, plan.views) if plan.views else None
-            if alias is not None and not plan.dump:
-                self.cache.put(t, alias)
-                s.add(phase, Kind.OP_OUTPUT, name, alias, slot)
-                continue
             if not self._add(
                 phase, OP_OUTPUT, name, t, slot, plan.dump, not info.mutable, note
             ).skipped:
@@ -320,7 +318,6 @@ class _Plan(NamedTuple):
     info: _OpInfo
     written: list[torch.Tensor]  # tensor arguments of an in-place op
     dump: bool
-    views: list[tuple[torch.Tensor, Fingerprint]]  # a view op's inputs and their fingerprints
     note: str  # the call (dumps), not yet stored: every input was skipped
 
 
@@ -396,39 +393,6 @@ def _written(info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
         value = args[index] if index < len(args) else kwargs.get(key)
         written.extend(_tensors(value))
     return written
-
-
-def _same_view(
-    t: torch.Tensor, inputs: list[tuple[torch.Tensor, Fingerprint]]
-) -> Fingerprint | None:
-    """The fingerprint of an input that ``t`` aliases exactly (same memory, dtype, shape and
-    strides: ``detach``, ``alias``, a ``view`` to the same shape). A fingerprint is a function of
-    exactly these, and a view op writes nothing, so the input's is ``t``'s without a hash."""
-    if t.layout != torch.strided:
-        return None
-    try:
-        return _alias_of(t, inputs)
-    except RuntimeError:  # a tensor without storage: no alias to speak of
-        return None
-
-
-def _alias_of(
-    t: torch.Tensor, inputs: list[tuple[torch.Tensor, Fingerprint]]
-) -> Fingerprint | None:
-    for u, fingerprint in inputs:
-        if (
-            u.layout == torch.strided
-            and u.data_ptr() == t.data_ptr()
-            and u.dtype == t.dtype
-            and u.shape == t.shape
-            and u.stride() == t.stride()
-            and u.is_conj() == t.is_conj()  # conj and neg are lazy views with a flag
-            and u.is_neg() == t.is_neg()
-            and not fingerprint.skipped
-            and type(fingerprint.value) is int
-        ):
-            return fingerprint
-    return None
 
 
 def _storage(t: torch.Tensor) -> int:
