@@ -126,6 +126,35 @@ def test_view_ops_are_left_to_the_op_that_reads_them(tmp_path: Path) -> None:
     assert addmm_input_2 == fingerprint_tensor(lin.weight.detach().t()).value
 
 
+def test_an_alias_written_through_its_base_is_hashed_again(tmp_path: Path) -> None:
+    """``detach`` passes its input's fingerprint on without a hash; once the base is written in
+    place, the op that reads the alias must see the new value, not the passed-on one."""
+    import torch
+
+    import divergence
+    from divergence.frameworks.torch.fingerprint import fingerprint_tensor
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind
+
+    x = torch.randn(6)
+    with divergence.Recorder(tmp_path / "run", granularity="op"):
+        for _ in range(2):
+            y = torch.relu(x)
+            alias = y.detach()
+            y.add_(1.0)  # the alias's value changes with it
+            alias.mul(2.0)
+            divergence.step()
+    file = Run.open(tmp_path / "run").processes[0].load()
+    mul_input = next(
+        int(r["fp"])
+        for r in file.records
+        if r["step"] == 1
+        and file.strings[r["name"]] == "aten.mul.Tensor"
+        and r["kind"] == Kind.OP_INPUT
+    )
+    assert mul_input == fingerprint_tensor(torch.relu(x) + 1.0).value
+
+
 def test_backward_ops_belong_to_the_module_whose_forward_made_them(tmp_path: Path) -> None:
     """Nested modules, a module's own code between its children, and parameter gradients."""
     import torch

@@ -105,6 +105,26 @@ class FingerprintCache:
             self._entries[id(t)] = (weakref.ref(t), version, result)
         return result
 
+    def peek(self, t: torch.Tensor) -> Fingerprint | None:
+        """The cached fingerprint of ``t``'s current value, or None (never hashes)."""
+        hit = self._entries.get(id(t))
+        if hit is None or hit[0]() is not t:
+            return None
+        try:
+            return hit[2] if t._version == hit[1] else None
+        except RuntimeError:
+            return None
+
+    def put(self, t: torch.Tensor, fingerprint: Fingerprint) -> None:
+        """Remember a fingerprint known without hashing (an exact alias of a hashed tensor)."""
+        try:
+            version = t._version
+        except RuntimeError:
+            return
+        if len(self._entries) > self.LIMIT:
+            self._entries.clear()
+        self._entries[id(t)] = (weakref.ref(t), version, fingerprint)
+
     def clear(self) -> None:
         self._entries.clear()
 

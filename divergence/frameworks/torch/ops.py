@@ -20,6 +20,7 @@ NB: view ops (``aten.view``, ``t``, ``detach``, ``transpose``, ...: ``OpOverload
 recorded. They compute nothing, so they can never be where runs start to differ, and the op that
 reads a view records it as its input. A third of a training step's aten ops are views (torch's
 own ``detach`` for saved tensors, the ``t`` before every ``addmm``), so this keeps the zoom cheap.
+An exact alias (``detach``) passes its input's cached fingerprint on, so its reader needs no hash.
 NB: outputs of ops that return uninitialised memory (``empty``, ``new_empty``, ...) and views of
 them are recorded as skipped until an op writes into them: their bits differ run to run.
 NB: the recorder's own tensor work (dumps, device fingerprints, RNG states) runs with the mode
@@ -191,29 +192,48 @@ class OpRecorder(OpZoom):
         s = self.session
         if self.paused or self.disabled or not s.recording:
             return func(*args, **kwargs)
+        view, plan = False, None
         try:
-            info = self.op_info.get(id(func)) or self._learn(func)
-            plan = None if info.view else self.before(func, info, args, kwargs)
+            view = self._info(func).view
+            if not view:
+                plan = self.before(func, args, kwargs)
         except Exception as exc:  # a recorder bug must not kill the training
             s.fail(f"op {func}: {type(exc).__name__}: {exc}")
-            plan = None
         out = func(*args, **kwargs)  # the user's errors propagate untouched
-        if plan is not None:
-            try:
+        try:
+            if view:
+                self._pass_on_alias(args, out)
+            elif plan is not None:
                 self.after(plan, func, out)
-            except Exception as exc:
-                s.fail(f"op {func}: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            s.fail(f"op {func}: {type(exc).__name__}: {exc}")
         return out
 
-    def before(
-        self, func: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> _Plan | None:
+    def _info(self, func: Any) -> _OpInfo:
+        info = self.op_info.get(id(func))
+        if info is None:
+            info = self.op_info[id(func)] = _OpInfo.of(func)
+        return info
+
+    def _pass_on_alias(self, args: tuple[Any, ...], out: Any) -> None:
+        """A view that is an exact alias of its input (``detach``, ``alias``, a ``view`` to the
+        same shape) has the input's fingerprint, a function of the same memory, dtype, shape and
+        strides: pass it on, so the op that reads the view (``threshold_backward`` reads the
+        ``detach`` of ``relu``'s output) finds it without a hash."""
+        if not args or not isinstance(out, torch.Tensor):
+            return
+        fingerprint = self.cache.peek(args[0])
+        if fingerprint is not None and _same_memory(out, args[0]):
+            self.cache.put(out, fingerprint)
+
+    def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Plan | None:
         """Record the op's inputs (before it runs: an in-place op overwrites them)."""
         s = self.session
         phase, module = self.where()
         name = self.record_name(module, func)
         if not s.begin_event() or not s.wants(name):
             return None
+        info = self._info(func)
         inputs = _call_tensors(args, kwargs)
         written = _written(info, args, kwargs) if info.written else []
         dump = s.wants_dump(name)
@@ -229,10 +249,6 @@ class OpRecorder(OpZoom):
             if not fingerprint.skipped:  # a skipped record's note is its reason
                 note = ""
         return _Plan(phase, name, info, written, dump, note)
-
-    def _learn(self, func: Any) -> _OpInfo:
-        info = self.op_info[id(func)] = _OpInfo.of(func)
-        return info
 
     def after(self, plan: _Plan, func: Any, out: Any) -> None:
         s, phase, name, info = self.session, plan.phase, plan.name, plan.info
@@ -393,6 +409,23 @@ def _written(info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
         value = args[index] if index < len(args) else kwargs.get(key)
         written.extend(_tensors(value))
     return written
+
+
+def _same_memory(t: torch.Tensor, u: torch.Tensor) -> bool:
+    """Same memory, dtype, shape and strides (and the lazy conj/neg flags)."""
+    try:
+        return (
+            t.layout == torch.strided
+            and u.layout == torch.strided
+            and t.data_ptr() == u.data_ptr()
+            and t.dtype == u.dtype
+            and t.shape == u.shape
+            and t.stride() == u.stride()
+            and t.is_conj() == u.is_conj()
+            and t.is_neg() == u.is_neg()
+        )
+    except RuntimeError:  # a tensor without storage: no alias to speak of
+        return False
 
 
 def _storage(t: torch.Tensor) -> int:
