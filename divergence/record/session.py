@@ -212,11 +212,18 @@ class Session:
         note_id = self._intern(skipped or note) if note or skipped else 0  # a skip says why
         if dump is not None:
             self._dumps[len(self._rows)] = dump
+        strings = self._strings  # (interned inline: this runs for every record)
+        name_id = strings.get(name)
+        if name_id is None:
+            name_id = self._intern(name)
+        dtype_id = strings.get(dtype)
+        if dtype_id is None:
+            dtype_id = self._intern(dtype)
         self._rows.append(
             (
                 value,
-                self._intern(name),
-                self._intern(dtype),
+                name_id,
+                dtype_id,
                 shape_id,
                 note_id,
                 slot,

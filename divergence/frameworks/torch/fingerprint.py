@@ -37,6 +37,7 @@ BIT_VIEWS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 NUMPY_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+XXH3_64 = Algorithm.XXH3_64  # read per fingerprint: a module constant
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 _SEEDS: dict[tuple[str, tuple[int, ...], tuple[int, ...] | None], int] = {}
 # A read-only memoryview over raw memory: zero-copy, and much cheaper than tensor.numpy().
@@ -141,11 +142,11 @@ def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprin
             t = t.contiguous()
     name = name or dtype_name(t.dtype)
     shape = tuple(t.shape)
-    size = t.numel() * t.element_size()
+    size = t.nbytes
     # Dense with non-negative strides: the span starts at data_ptr() and holds every element once.
     memory = _memory_view(t.data_ptr(), size, PYBUF_READ) if size else b""
     seed = header_seed(name, shape, strides, extra) if extra else _seed(name, shape, strides)
-    return Fingerprint(fingerprint_buffer(memory, seed), name, shape, Algorithm.XXH3_64)
+    return Fingerprint(fingerprint_buffer(memory, seed), name, shape, XXH3_64)
 
 
 def _seed(name: str, shape: tuple[int, ...], strides: tuple[int, ...] | None) -> int:

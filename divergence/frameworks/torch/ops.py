@@ -253,7 +253,8 @@ class OpRecorder(OpZoom):
     def after(self, plan: _Plan, func: Any, out: Any) -> None:
         s, phase, name, info = self.session, plan.phase, plan.name, plan.info
         note = plan.note  # the call, when no input could carry it
-        for slot, t in enumerate(_tensors(out)):
+        outputs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
+        for slot, t in enumerate(outputs):
             if info.uninitialised:
                 self.garbage.add(_storage(t))
                 reason = f"uninitialised memory ({func}): not compared"
