@@ -40,13 +40,35 @@ ENV_EXACT = (
     "MASTER_PORT",
 )
 ENV_PREFIXES = ("TF_", "NCCL_", "HOROVOD_", "TORCH_", "CUDNN_", "XLA_", "KERAS_")
+# Terraform shares TensorFlow's ``TF_`` prefix: its settings change no numerics, would show as
+# environment differences between machines, and ``TF_TOKEN_*`` / ``TF_VAR_*`` hold secrets.
+TERRAFORM = ("TF_VAR_", "TF_CLI_", "TF_LOG", "TF_TOKEN_", "TF_REGISTRY_", "TF_PLUGIN_")
+TERRAFORM_EXACT = frozenset(
+    {"TF_DATA_DIR", "TF_WORKSPACE", "TF_IN_AUTOMATION", "TF_INPUT", "TF_IGNORE"}
+    | {"TF_APPEND_USER_AGENT", "TF_STATE_PERSIST_INTERVAL"}
+)
+# Never written to a run file, whatever the prefix: a secret cannot change a tensor.
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "AUTH")
 
 
 def interesting_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that matter for bit-exactness, sorted by name."""
+    """The environment variables that matter for bit-exactness, sorted by name.
+
+    >>> interesting_environment({"TF_DETERMINISTIC_OPS": "1", "TF_CLI_CONFIG_FILE": "~/.tfrc",
+    ...     "NCCL_ALGO": "Ring", "HOROVOD_AUTH_KEY": "x", "HOME": "/root"})
+    {'NCCL_ALGO': 'Ring', 'TF_DETERMINISTIC_OPS': '1'}
+    """
     environ = dict(os.environ if environ is None else environ)
-    keep = {k: v for k, v in environ.items() if k in ENV_EXACT or k.startswith(ENV_PREFIXES)}
+    keep = {k: v for k, v in environ.items() if _matters(k)}
     return dict(sorted(keep.items()))
+
+
+def _matters(name: str) -> bool:
+    if name in ENV_EXACT:
+        return True
+    if not name.startswith(ENV_PREFIXES) or any(word in name for word in SECRET_WORDS):
+        return False
+    return not (name.startswith(TERRAFORM) or name in TERRAFORM_EXACT)
 
 
 def process_metadata(start_time: float) -> dict[str, Any]:
