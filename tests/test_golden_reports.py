@@ -52,6 +52,14 @@ def test_report_matches_golden(pair: str, monkeypatch: pytest.MonkeyPatch) -> No
     assert all(len(line) <= 100 for line in actual)
 
 
+def test_the_readme_shows_the_threads_report_as_compare_renders_it() -> None:
+    """The README's "A real report" is the ``threads`` golden, so it cannot go stale."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```text\nDIVERGED (value) at step 0, forward: output of classifier.1")
+    block = readme[start:].split("\n", 1)[1].split("```", 1)[0]
+    assert block == golden_file("threads").read_text()
+
+
 if __name__ == "__main__":  # regenerate the golden files
     import os
 
