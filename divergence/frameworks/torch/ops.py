@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -253,8 +253,7 @@ class OpRecorder(OpZoom):
     def after(self, plan: _Plan, func: Any, out: Any) -> None:
         s, phase, name, info = self.session, plan.phase, plan.name, plan.info
         note = plan.note  # the call, when no input could carry it
-        outputs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
-        for slot, t in enumerate(outputs):
+        for slot, t in enumerate(_tensors(out)):
             if info.uninitialised:
                 self.garbage.add(_storage(t))
                 reason = f"uninitialised memory ({func}): not compared"
@@ -383,12 +382,28 @@ class NodeOwners:
         self.modules.clear()
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in ``value``: a tensor, or lists and tuples of anything, in order.
+
+    >>> t = torch.zeros(1)
+    >>> len(_tensors([t, 3, (t, None), [1, 2]]))
+    2
+    """
     if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _tensors(item)
+        return [value]
+    found: list[torch.Tensor] = []
+    if isinstance(value, (tuple, list)):
+        _collect(value, found)
+    return found
+
+
+def _collect(values: tuple[Any, ...] | list[Any], found: list[torch.Tensor]) -> None:
+    # a loop, not a generator per element: ops take lists of ints (strides, padding)
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            _collect(value, found)
 
 
 def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
@@ -396,7 +411,7 @@ def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.T
     not an input, and are often uninitialised)."""
     found = [a for a in args if isinstance(a, torch.Tensor)]
     if len(found) != len(args):  # lists of tensors, or non-tensor arguments
-        found = list(_tensors(args))
+        found = _tensors(args)
     for key, value in kwargs.items():
         if not key.startswith("out"):
             found.extend(_tensors(value))
