@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from divergence.compare.model import EnvDifference
+from divergence.record.environment import matters
 
 # Per-process facts that differ between any two runs and say nothing about bits.
 IGNORED = frozenset(
@@ -31,10 +32,19 @@ def flatten(meta: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDifference]:
     """Differences in versions, threads, determinism switches, env vars, arguments and seeds."""
     fa, fb = flatten(a), flatten(b)
-    keys = sorted((set(fa) | set(fb)) - IGNORED)
+    keys = sorted(k for k in (set(fa) | set(fb)) - IGNORED if _compared(k))
     pairs = ((k, _normal(fa.get(k), k), _normal(fb.get(k), k)) for k in keys)
     differences = [EnvDifference(k, a, b) for k, a, b in pairs if a != b]
     return [_seed_calls(d) if d.key == "seeds" else d for d in differences]
+
+
+def _compared(key: str) -> bool:
+    """Runs recorded before the recorder dropped Terraform's ``TF_*`` variables still hold them.
+
+    >>> _compared("env.TF_CLI_CONFIG_FILE"), _compared("env.TF_ENABLE_ONEDNN_OPTS")
+    (False, True)
+    """
+    return not key.startswith("env.") or matters(key[4:])
 
 
 def _seed_calls(difference: EnvDifference) -> EnvDifference:

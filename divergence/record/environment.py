@@ -59,11 +59,12 @@ def interesting_environment(environ: dict[str, str] | None = None) -> dict[str, 
     {'NCCL_ALGO': 'Ring', 'TF_DETERMINISTIC_OPS': '1'}
     """
     environ = dict(os.environ if environ is None else environ)
-    keep = {k: v for k, v in environ.items() if _matters(k)}
+    keep = {k: v for k, v in environ.items() if matters(k)}
     return dict(sorted(keep.items()))
 
 
-def _matters(name: str) -> bool:
+def matters(name: str) -> bool:
+    """Whether an environment variable is recorded (and compared)."""
     if name in ENV_EXACT:
         return True
     if not name.startswith(ENV_PREFIXES) or any(word in name for word in SECRET_WORDS):

@@ -126,6 +126,34 @@ def test_view_ops_are_left_to_the_op_that_reads_them(tmp_path: Path) -> None:
     assert addmm_input_2 == fingerprint_tensor(lin.weight.detach().t()).value
 
 
+def test_a_view_op_that_copies_is_recorded(tmp_path: Path) -> None:
+    """``to``, ``contiguous`` and ``reshape`` are views by schema but copy when they must;
+    under ``inference_mode`` they reach the dispatch mode whole, and their copies are ops."""
+    import torch
+
+    import divergence
+    from divergence.frameworks.torch.fingerprint import fingerprint_tensor
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind
+
+    x = torch.randn(4, 3)
+    with divergence.Recorder(tmp_path / "run", granularity="op"), torch.inference_mode():
+        for _ in range(2):
+            x.to(torch.float16).sum()
+            x.t().contiguous().sum()
+            x.view(12).sum()  # a true view: no record of its own
+            divergence.step()
+    file = Run.open(tmp_path / "run").processes[0].load()
+    outputs = {
+        file.strings[r["name"]]: int(r["fp"])
+        for r in file.records
+        if r["step"] == 1 and r["kind"] == Kind.OP_OUTPUT
+    }
+    assert outputs["aten.to.dtype"] == fingerprint_tensor(x.to(torch.float16)).value
+    assert outputs["aten.contiguous.default"] == fingerprint_tensor(x.t().contiguous()).value
+    assert not [name for name in outputs if name.startswith(("aten.view", "aten.t."))]
+
+
 def test_an_alias_written_through_its_base_is_hashed_again(tmp_path: Path) -> None:
     """``detach`` passes its input's fingerprint on without a hash; once the base is written in
     place, the op that reads the alias must see the new value, not the passed-on one."""

@@ -21,8 +21,10 @@ recorded. They compute nothing, so they can never be where runs start to differ,
 reads a view records it as its input. A third of a training step's aten ops are views (torch's
 own ``detach`` for saved tensors, the ``t`` before every ``addmm``), so this keeps the zoom cheap.
 An exact alias (``detach``) passes its input's cached fingerprint on, so its reader needs no hash.
-NB: outputs of ops that return uninitialised memory (``empty``, ``new_empty``, ...) and views of
-them are recorded as skipped until an op writes into them: their bits differ run to run.
+A view op that returned a copy (``to``, ``contiguous``, ``reshape`` can) is recorded as any op.
+NB: outputs of ops that return uninitialised memory (``empty``, ``new_empty``, ...) are recorded
+as skipped, and so are reads of that memory (through views too) until an op writes into it: their
+bits differ run to run.
 NB: the recorder's own tensor work (dumps, device fingerprints, RNG states) runs with the mode
 paused, so it never shows up as ops. Compiled regions (``torch.compile``) and kernels that do not
 go through the dispatcher are not observed: the compare report says so when it matters.
@@ -202,7 +204,7 @@ class OpRecorder(OpZoom):
         out = func(*args, **kwargs)  # the user's errors propagate untouched
         try:
             if view:
-                self._pass_on_alias(args, out)
+                self._after_view(func, args, kwargs, out)
             elif plan is not None:
                 self.after(plan, func, out)
         except Exception as exc:
@@ -215,16 +217,33 @@ class OpRecorder(OpZoom):
             info = self.op_info[id(func)] = _OpInfo.of(func)
         return info
 
-    def _pass_on_alias(self, args: tuple[Any, ...], out: Any) -> None:
+    def _after_view(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        """A view op gets no records, unless it copied: ``to``, ``contiguous`` and ``reshape``
+        are views by schema but return a copy when they must (under ``inference_mode`` they
+        reach the mode whole). A copy is recorded like any op; its inputs are read after it
+        ran, which is safe because a view op writes nothing."""
+        outputs = _tensors(out)
+        base = _storage(args[0]) if args and isinstance(args[0], torch.Tensor) else None
+        if base is not None and all(_storage(t) == base for t in outputs):
+            if len(outputs) == 1:
+                self._pass_on_alias(args[0], outputs[0])
+            return
+        plan = self.before(func, args, kwargs)
+        if plan is not None:
+            self.after(plan, func, out)
+
+    def _pass_on_alias(self, base: torch.Tensor, view: torch.Tensor) -> None:
         """A view that is an exact alias of its input (``detach``, ``alias``, a ``view`` to the
         same shape) has the input's fingerprint, a function of the same memory, dtype, shape and
         strides: pass it on, so the op that reads the view (``threshold_backward`` reads the
-        ``detach`` of ``relu``'s output) finds it without a hash."""
-        if not args or not isinstance(out, torch.Tensor):
-            return
-        fingerprint = self.cache.peek(args[0])
-        if fingerprint is not None and _same_memory(out, args[0]):
-            self.cache.put(out, fingerprint)
+        ``detach`` of ``relu``'s output) finds it without a hash. (Only while the base was never
+        written in place: the view gets the base's version counter after the op returns, so a
+        later look-up misses then, and the reader hashes.)"""
+        fingerprint = self.cache.peek(base)
+        if fingerprint is not None and _same_memory(view, base):
+            self.cache.put(view, fingerprint)
 
     def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Plan | None:
         """Record the op's inputs (before it runs: an in-place op overwrites them)."""
