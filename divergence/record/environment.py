@@ -48,7 +48,10 @@ TERRAFORM_EXACT = frozenset(
     | {"TF_APPEND_USER_AGENT", "TF_STATE_PERSIST_INTERVAL"}
 )
 # Never written to a run file, whatever the prefix: a secret cannot change a tensor.
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "AUTH")
+SECRET_WORDS = (
+    *("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "AUTH"),
+    *("API_KEY", "ACCESS_KEY", "PRIVATE_KEY"),
+)
 
 
 def interesting_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
