@@ -196,9 +196,10 @@ class OpRecorder(OpZoom):
             return func(*args, **kwargs)
         view, plan = False, None
         try:
-            view = self._info(func).view
+            info = self._info(func)
+            view = info.view
             if not view:
-                plan = self.before(func, args, kwargs)
+                plan = self.before(func, info, args, kwargs)
         except Exception as exc:  # a recorder bug must not kill the training
             s.fail(f"op {func}: {type(exc).__name__}: {exc}")
         out = func(*args, **kwargs)  # the user's errors propagate untouched
@@ -230,7 +231,7 @@ class OpRecorder(OpZoom):
             if len(outputs) == 1:
                 self._pass_on_alias(args[0], outputs[0])
             return
-        plan = self.before(func, args, kwargs)
+        plan = self.before(func, self._info(func), args, kwargs)
         if plan is not None:
             self.after(plan, func, out)
 
@@ -245,14 +246,15 @@ class OpRecorder(OpZoom):
         if fingerprint is not None and _same_memory(view, base):
             self.cache.put(view, fingerprint)
 
-    def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Plan | None:
+    def before(
+        self, func: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> _Plan | None:
         """Record the op's inputs (before it runs: an in-place op overwrites them)."""
         s = self.session
         phase, module = self.where()
         name = self.record_name(module, func)
         if not s.begin_event() or not s.wants(name):
             return None
-        info = self._info(func)
         inputs = _call_tensors(args, kwargs)
         written = _written(info, args, kwargs) if info.written else []
         dump = s.wants_dump(name)
