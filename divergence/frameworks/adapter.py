@@ -18,6 +18,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
+from divergence.record.rng import HostGenerators
 from divergence.record.session import Session
 
 
@@ -27,6 +30,7 @@ class Instrumentation:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.undo: list[Callable[[], None]] = []
+        self.host_generators = HostGenerators()  # python's and numpy's, read at every step start
 
     def install(self) -> Callable[[], None]:
         """Install every hook and patch; returns :meth:`remove`."""
@@ -54,8 +58,10 @@ class Instrumentation:
         pending: tuple[type, Callable[[list[object]], list[int]]] | None = None,
     ) -> None:
         """Join the session: step-start records, metadata, ``divergence.probe`` and a resolver
-        for the framework's pending device fingerprints."""
+        for the framework's pending device fingerprints. ``np.random.set_state`` is wrapped so
+        that :attr:`host_generators` reads numpy's state in full after it."""
         s = self.session
+        self.patch(np.random, "set_state", self.host_generators.forgetting)
         s.on_step_start.append(step_start)
         s.metadata_providers.append(metadata)
         s.probe_handlers.insert(0, probe)

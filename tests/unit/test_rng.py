@@ -7,9 +7,10 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from divergence.fingerprint import fingerprint_buffer, header_seed
-from divergence.record.rng import RNG_STATE_GLOBS, host_rng_fingerprints
+from divergence.record.rng import RNG_STATE_GLOBS, HostGenerators, host_rng_fingerprints
 
 
 def prints() -> dict[str, int]:
@@ -63,6 +64,66 @@ def test_gaussian_cache_is_part_of_the_state() -> None:
     np.random.standard_normal()
     np.random.standard_normal()
     assert prints()["numpy.random"] != cached
+
+
+def test_the_cheap_reader_gives_the_public_readers_fingerprints_through_every_change() -> None:
+    generators = HostGenerators()
+    set_state = generators.forgetting(np.random.set_state)  # as the recorders patch it
+
+    def check() -> None:
+        assert generators.fingerprints() == host_rng_fingerprints()
+
+    random.seed(5)
+    np.random.seed(5)
+    check()
+    check()  # unchanged: the shortcut
+    random.random()
+    check()
+    random.gauss()  # caches a second value in gauss_next
+    check()
+    random.gauss()  # uses it up: the words do not move
+    check()
+    random.setstate(random.getstate())
+    check()
+    np.random.standard_normal()  # caches a gaussian
+    saved = np.random.get_state()
+    check()
+    np.random.standard_normal()  # uses it up: the words do not move
+    check()
+    set_state(saved)  # brings it back with the same words
+    check()
+    np.random.random(3)
+    check()
+    np.random.seed(5)
+    check()
+
+
+def test_an_unchanged_state_is_not_read_through_the_slow_public_readers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    random.seed(2)
+    np.random.seed(2)
+    generators = HostGenerators()
+    first = generators.fingerprints()
+    calls: list[str] = []
+    get_state, getstate = np.random.get_state, random.getstate
+    monkeypatch.setattr(np.random, "get_state", lambda **kw: calls.append("np") or get_state(**kw))
+    monkeypatch.setattr(random, "getstate", lambda: calls.append("py") or getstate())
+    assert generators.fingerprints() == first
+    assert calls == []
+    np.random.random()
+    assert generators.fingerprints() != first
+    assert calls == ["py", "np"]
+
+
+def test_memory_that_does_not_hold_the_state_turns_the_shortcut_off() -> None:
+    other = np.random.RandomState(9)
+    generators = HostGenerators()
+    generators._numpy_memory = other._bit_generator.ctypes.state_address  # a wrong layout
+    np.random.seed(1)
+    assert generators.fingerprints() == host_rng_fingerprints()
+    np.random.random()  # the other generator's memory does not move: only a full read sees it
+    assert generators.fingerprints() == host_rng_fingerprints()
 
 
 def test_every_generator_record_of_a_torch_run_is_kept_by_a_hunts_zoom(tmp_path: Path) -> None:

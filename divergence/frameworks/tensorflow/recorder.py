@@ -59,7 +59,6 @@ from divergence.frameworks.tensorflow.values import (
     tensors_of,
     to_host,
 )
-from divergence.record.rng import host_rng_fingerprints
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import MAX_DIMS, Kind, Phase
 
@@ -453,7 +452,7 @@ class KerasRecorder(Instrumentation):
 
     def at_step_start(self, session: Session) -> None:
         self.eager_cache.clear()
-        for name, fingerprint in host_rng_fingerprints():
+        for name, fingerprint in self.host_generators.fingerprints():
             session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
         for name, state in framework_generators():
             with tf.init_scope():

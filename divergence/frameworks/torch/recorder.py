@@ -46,7 +46,7 @@ from divergence.frameworks.torch.fingerprint import (
     to_host,
 )
 from divergence.frameworks.torch.metadata import torch_metadata
-from divergence.record.rng import host_rng_fingerprints
+from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import Kind, Phase
 
@@ -297,7 +297,7 @@ class TorchRecorder(Instrumentation):
     def at_step_start(self, session: Session) -> None:
         self.cache.clear()
         self.stepped_this_step.clear()
-        for name, fingerprint in rng_fingerprints():
+        for name, fingerprint in rng_fingerprints(self.host_generators):
             if session.wants(name):
                 session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
 
@@ -375,9 +375,9 @@ def _by_key(item: tuple[object, object]) -> str:
     return str(item[0])  # never str() the value: that would print the whole tensor
 
 
-def rng_fingerprints() -> list[tuple[str, Fingerprint]]:
+def rng_fingerprints(host: HostGenerators) -> list[tuple[str, Fingerprint]]:
     """The python and numpy generator states, then torch's (CPU, and CUDA once initialised)."""
-    prints = [*host_rng_fingerprints(), ("torch.cpu", fingerprint_tensor(torch.get_rng_state()))]
+    prints = [*host.fingerprints(), ("torch.cpu", fingerprint_tensor(torch.get_rng_state()))]
     if torch.cuda.is_initialized():
         for index, state in enumerate(torch.cuda.get_rng_state_all()):
             prints.append((f"torch.cuda:{index}", fingerprint_tensor(state)))
