@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -178,11 +179,7 @@ def finish(output: Path, handshake: Path, status: int, command: list[str]) -> in
         mark_exit_status(file, status)
     if not list(handshake.glob("*.hello")):
         _remove_if_empty(output)
-        raise RecordError(
-            f"instrumentation did not start in '{' '.join(command)}' (exit status {status}); "
-            "nothing was recorded",
-            hint="the command must start Python without -I, -E or -S, so that PYTHONPATH is read",
-        )
+        raise _not_started(handshake, status, command)
     if not files:
         _remove_if_empty(output)
         say(
@@ -194,6 +191,26 @@ def finish(output: Path, handshake: Path, status: int, command: list[str]) -> in
     say(f"recorded {progress.line()} into {output}/ ({describe_status(status)})")
     say(f"next: diverge info {_short(output)}   |   diverge compare {_short(output)} OTHER_RUN")
     return status
+
+
+def _not_started(handshake: Path, status: int, command: list[str]) -> RecordError:
+    """Why no process started recording: the first failure a child reported, else the flags."""
+    what = f"instrumentation did not start in '{' '.join(command)}' (exit status {status})"
+    for report in sorted(handshake.glob("*.failed")):
+        failure = json.loads(report.read_text())
+        python, error = failure["python"], failure["error"]
+        if error.startswith(("ModuleNotFoundError", "ImportError")):
+            hint = (
+                f"run the command with the Python diverge is installed in ({sys.executable}), "
+                f"or install divergence into {python}"
+            )
+        else:
+            hint = "this is a bug in diverge: please report it with this message"
+        return RecordError(f"{what}: {python} could not load the recorder: {error}", hint=hint)
+    return RecordError(
+        f"{what}; nothing was recorded",
+        hint="the command must start Python without -I, -E or -S, so that PYTHONPATH is read",
+    )
 
 
 def describe_status(status: int) -> str:

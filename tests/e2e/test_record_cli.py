@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -89,6 +90,24 @@ def test_python_without_site_customisation_is_refused_loudly(tmp_path: Path) -> 
     result = run_cli("record", "-o", str(out), "--", sys.executable, "-I", str(SCRIPTS / "mlp.py"))
     assert result.returncode == 2
     assert "instrumentation did not start" in result.stderr
+    assert not out.exists()
+
+
+def test_a_python_without_the_recorders_dependencies_is_named_in_the_error(tmp_path: Path) -> None:
+    """A common slip: ``python`` on PATH is another interpreter than the one diverge runs in."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = bare / "bin" / "python"
+    script = tmp_path / "hello.py"
+    script.write_text("print('the program runs on')\n")
+    out = tmp_path / "run"
+    result = run_cli("record", "-o", str(out), "--", str(python), str(script))
+    assert result.returncode == 2
+    assert "the program runs on" in result.stdout
+    error = result.stderr.strip().splitlines()[-1]
+    assert "could not load the recorder: ModuleNotFoundError: No module named" in error
+    assert f"run the command with the Python diverge is installed in ({sys.executable})" in error
+    assert str(python) in error
     assert not out.exists()
 
 

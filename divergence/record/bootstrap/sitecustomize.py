@@ -1,6 +1,10 @@
 """Injected by ``diverge record`` through PYTHONPATH: starts the recorder in every Python process
-the command starts (the command itself, subprocesses, multiprocessing spawn children)."""
+the command starts (the command itself, subprocesses, multiprocessing spawn children).
 
+Standard library only until the recorder loads: this Python may lack divergence's dependencies.
+"""
+
+import json
 import os
 import sys
 
@@ -31,3 +35,8 @@ except Exception as exc:  # the program must run on; the launcher notices the mi
         f"diverge: instrumentation failed to start in {sys.argv[0] or 'python'}: {exc}",
         file=sys.stderr,
     )
+    _handshake = os.environ.get("DIVERGE_HANDSHAKE_DIR")  # config.ENV_HANDSHAKE
+    if _handshake:  # tell the launcher why, so that its error can say what to do
+        _failure = {"python": sys.executable, "error": f"{type(exc).__name__}: {exc}"}
+        with open(os.path.join(_handshake, f"{os.getpid()}.failed"), "w") as _file:
+            json.dump(_failure, _file)
