@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from divergence.store.reader import RunFile
-from divergence.store.schema import Kind
-from tests.conftest import SCRIPTS, run_cli
+from divergence.store.schema import Kind, Phase
+from tests.conftest import SCRIPTS, compare_json, run_cli
 
 
 def recorded(tmp_path: Path, *command: str) -> RunFile:
@@ -73,3 +75,45 @@ def test_two_optimizers_stepping_back_to_back_share_a_step(tmp_path: Path) -> No
     params = run.records[(run.records["kind"] == Kind.PARAM) & (run.records["step"] == 1)]
     names = sorted(run.strings[i] for i in params["name"])
     assert names == ["0.bias", "0.weight", "1.bias", "1.weight"]
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpoint_recomputing_a_forward_in_the_backward_is_not_a_model_call(
+    tmp_path: Path, reentrant: bool
+) -> None:
+    """The recomputed blocks are recorded in the backward phase; they are neither a batch nor a
+    new step (no optimizer here: each model call is a step), and recording keeps the bits."""
+    import torch
+
+    flags = ["--reentrant"] if reentrant else []
+    outs = [tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "plain.pt"]
+    runs = []
+    for index, out in enumerate(outs[:2]):
+        command = (
+            "--",
+            sys.executable,
+            str(SCRIPTS / "checkpointed.py"),
+            *flags,
+            "--out",
+            str(out),
+        )
+        result = run_cli("record", "-o", str(tmp_path / f"run{index}"), *command)
+        assert result.returncode == 0, result.stderr
+        runs.append(tmp_path / f"run{index}")
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / "checkpointed.py"), *flags, "--out", str(outs[2])],
+        check=True,
+    )
+    (file,) = runs[0].glob("*.h5")
+    run = RunFile.open(file)
+    records = run.records
+    names = np.array([run.strings[i] for i in records["name"]])
+    assert run.steps.tolist() == [0, 1, 2]
+    assert set(names[records["kind"] == Kind.BATCH]) == {"Net"}
+    recomputed = (records["kind"] == Kind.OUTPUT) & (records["phase"] == Phase.BACKWARD)
+    assert {"blocks.0.fc", "blocks.2.fc"} <= set(names[recomputed])
+    code, report = compare_json(*runs)
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+    recorded, plain = torch.load(outs[0]), torch.load(outs[2])
+    for key in plain:
+        assert torch.equal(recorded[key].view(torch.uint8), plain[key].view(torch.uint8)), key

@@ -191,7 +191,10 @@ class TorchRecorder(Instrumentation):
 
     def _enter(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         s = self.session
-        root = not self.stack
+        # A forward inside the backward (activation checkpointing recomputing a segment) is
+        # recorded in the backward phase, and its outermost module is not a model call.
+        phase = _phase_now()
+        root = not self.stack and phase is Phase.FORWARD
         name = self._name_of(module)
         self._push(name)
         # A root with parameters is a model: its call may start a step and its inputs are the
@@ -201,7 +204,7 @@ class TorchRecorder(Instrumentation):
             s.root_forward()
         if not s.begin_event() or not s.wants(name):
             return
-        phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (Phase.FORWARD, Kind.INPUT)
+        phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (phase, Kind.INPUT)
         self._add_all(phase, kind, name, tensors_of(args))
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
@@ -215,8 +218,9 @@ class TorchRecorder(Instrumentation):
         s = self.session
         if not s.begin_event() or not s.wants(name):
             return
+        phase = _phase_now()
         for slot, t in enumerate(tensors_of(output)):
-            self._add(Phase.FORWARD, Kind.OUTPUT, name, t, slot)
+            self._add(phase, Kind.OUTPUT, name, t, slot)
             if t.requires_grad and t.grad_fn is not None:
                 t.register_hook(_GradOfOutput(self, name, slot))
 
