@@ -383,6 +383,42 @@ def test_nested_skip_record_has_a_plain_int_shape() -> None:
     assert parse_shape(shape_text(result.shape)) == result.shape
 
 
+def test_tensors_inside_torch_func_transforms_are_fingerprinted_as_the_tensor_they_wrap() -> None:
+    x = torch.randn(3, 4)
+    seen: list[tuple[int, tuple[int, ...]]] = []
+
+    def f(row: torch.Tensor) -> torch.Tensor:
+        result = fingerprint_tensor(row)  # a GradTrackingTensor around a BatchedTensor
+        seen.append((result.value, result.shape))
+        assert to_host(row)[0].shape == (3, 4)
+        return (row * row).sum()
+
+    torch.func.vmap(torch.func.grad(f))(x)
+    assert seen == [(fingerprint_tensor(x).value, (3, 4))]  # the physical tensor, batch dim in
+
+
+class _NoStorage(torch.Tensor):
+    """A wrapper subclass (like DTensor): a tensor without memory of its own."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> _NoStorage:
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)  # type: ignore[attr-defined,no-any-return]
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        raise NotImplementedError(func)
+
+
+def test_a_tensor_without_storage_is_skipped_with_the_reason() -> None:
+    """Its data_ptr() is 0: reading there crashed the training."""
+    wrapper = _NoStorage(torch.ones(2, 3))
+    result = fingerprint_tensor(wrapper)
+    assert result.algo == Algorithm.NONE
+    assert result.skipped == "_NoStorage without storage: not fingerprinted"
+    assert (result.dtype, result.shape) == ("float32", (2, 3))
+    assert to_host(wrapper) is None  # no dump: a copy would run the subclass's own code
+
+
 # --------------------------------------------------------------------------- SMIX64 (torch ops)
 
 

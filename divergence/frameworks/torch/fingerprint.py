@@ -25,6 +25,10 @@ from divergence.fingerprint import (
 )
 from divergence.record.session import Fingerprint
 
+_functorch = torch._C._functorch
+_dispatch_keys = torch._C._dispatch_keys
+_PYTHON_KEY = torch._C.DispatchKey.Python
+
 SPARSE_PARTS = {
     torch.sparse_coo: ("_indices", "_values"),
     torch.sparse_csr: ("crow_indices", "col_indices", "values"),
@@ -63,6 +67,9 @@ def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
     """Fingerprint any tensor; kinds it cannot read come back skipped with the reason."""
     if t.is_cpu and t.layout == torch.strided and not t.is_quantized and not t.is_nested:
         return _fingerprint_host(t, "")  # the hot path: plain CPU tensors
+    inner = functorch_unwrapped(t)
+    if inner is not None:
+        return fingerprint_tensor(inner)
     name = dtype_name(t.dtype)
     if t.is_nested:  # its sizes are ragged (or symbolic): no plain shape to record
         return Fingerprint.skip(name, (), "nested tensor: not fingerprinted")
@@ -76,6 +83,8 @@ def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
         if t.is_cpu:
             return _fingerprint_host(t.int_repr(), extra, name)
         return _fingerprint_device(t.int_repr(), name, shape, extra)
+    if _dispatch_keys(t).has(_PYTHON_KEY):  # a subclass: torch ops on it would run its code
+        return _fingerprint_storageless(t, name, shape)
     return _fingerprint_device(t, name, shape, "")
 
 
@@ -143,10 +152,37 @@ def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprin
     name = name or dtype_name(t.dtype)
     shape = tuple(t.shape)
     size = t.nbytes
+    try:
+        address = t.data_ptr()
+    except RuntimeError:  # a torch.func wrapper (checked here: free on the hot path)
+        address = 0
+    if not address and size:  # no memory of its own: a wrapper (never read address 0)
+        return _fingerprint_storageless(t, name, shape)
     # Dense with non-negative strides: the span starts at data_ptr() and holds every element once.
-    memory = _memory_view(t.data_ptr(), size, PYBUF_READ) if size else b""
+    memory = _memory_view(address, size, PYBUF_READ) if size else b""
     seed = header_seed(name, shape, strides, extra) if extra else _seed(name, shape, strides)
     return Fingerprint(fingerprint_buffer(memory, seed), name, shape, XXH3_64)
+
+
+def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor | None:
+    """The plain tensor inside a ``torch.func`` transform's wrappers (``vmap``, ``grad``), or None
+    for a tensor that is not wrapped. Its layout is the physical one: ``vmap``'s batch dimension
+    is part of its shape."""
+    if not _functorch.is_functorch_wrapped_tensor(t):
+        return None
+    while _functorch.is_functorch_wrapped_tensor(t):
+        t = _functorch.get_unwrapped(t)
+    return t
+
+
+def _fingerprint_storageless(t: torch.Tensor, name: str, shape: tuple[int, ...]) -> Fingerprint:
+    """A torch.func wrapper through the tensor it wraps. Any other tensor without memory of its
+    own (a wrapper subclass: DTensor, FakeTensor, ...) is skipped with the reason: reading it
+    would run the subclass's own code, which may compute or communicate."""
+    inner = functorch_unwrapped(t)
+    if inner is not None:
+        return fingerprint_tensor(inner)
+    return Fingerprint.skip(name, shape, f"{type(t).__name__} without storage: not fingerprinted")
 
 
 def _seed(name: str, shape: tuple[int, ...], strides: tuple[int, ...] | None) -> int:
@@ -244,9 +280,20 @@ def _fingerprint_sparse(t: torch.Tensor, name: str, shape: tuple[int, ...]) -> F
     return Fingerprint(value, name, shape, Algorithm.XXH3_64)
 
 
-def to_host(t: torch.Tensor) -> tuple[np.ndarray, str]:
-    """A host copy for a dump, with the dtype name; types numpy lacks are stored as bit views."""
+def to_host(t: torch.Tensor) -> tuple[np.ndarray, str] | None:
+    """A host copy for a dump, with the dtype name; types numpy lacks are stored as bit views.
+    None for a tensor subclass (copying it would run its own code: no dump)."""
     name = dtype_name(t.dtype)
+    inner = functorch_unwrapped(t)
+    if inner is None and _dispatch_keys(t).has(_PYTHON_KEY):
+        return None
+    if inner is None:
+        return _host_copy(t, name)
+    with torch._C._DisableFuncTorch():  # inside a transform, the copy would be wrapped again
+        return _host_copy(inner, name)
+
+
+def _host_copy(t: torch.Tensor, name: str) -> tuple[np.ndarray, str]:
     t = t.detach()
     if t.is_quantized:
         t = t.int_repr()
