@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from divergence.store.schema import Kind
 from tests.conftest import ROOT, SCRIPTS, run_cli
 
 
@@ -221,3 +223,39 @@ def test_python_api_records_in_process(tmp_path: Path) -> None:
     assert (info["first_step"], info["last_step"], info["complete"]) == (1, 2, True)
     assert info["kinds"]["probe"] == 2
     assert run_cli("compare", "-q", str(tmp_path / "a"), str(tmp_path / "b")).returncode == 0
+
+
+def test_a_model_returning_a_dataclass_has_its_tensor_fields_recorded(tmp_path: Path) -> None:
+    from divergence.store.run import Run
+
+    script = tmp_path / "dataclass_output.py"
+    script.write_text(
+        "import sys, dataclasses, torch, divergence\n"
+        "@dataclasses.dataclass\n"
+        "class Output:\n"
+        "    logits: torch.Tensor\n"
+        "    hidden: torch.Tensor\n"
+        "    note: str = 'not a tensor'\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.body, self.head = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)\n"
+        "    def forward(self, x):\n"
+        "        hidden = self.body(x)\n"
+        "        return Output(self.head(hidden), hidden)\n"
+        "torch.manual_seed(0)\n"
+        "model = Net()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "with divergence.Recorder(sys.argv[1]):\n"
+        "    for _ in range(2):\n"
+        "        model(torch.ones(3, 4)).logits.sum().backward()\n"
+        "        optimizer.step()\n"
+    )
+    subprocess.run([sys.executable, str(script), str(tmp_path / "run")], check=True)
+    file = Run.open(tmp_path / "run").processes[0].load()
+    records = file.records
+    root = np.array([file.strings[i] == "Net" for i in records["name"]])
+    outputs = records[root & (records["kind"] == Kind.OUTPUT)]
+    assert sorted(outputs["slot"].tolist()) == [0, 0, 1, 1]  # logits and hidden, two steps
+    grads = records[root & (records["kind"] == Kind.GRAD_OUTPUT)]
+    assert grads["slot"].tolist() == [0, 1, 0, 1]  # the gradients into logits and hidden

@@ -13,6 +13,7 @@ consume random numbers, so the recorded run computes the same bits as an unrecor
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 import weakref
@@ -56,12 +57,30 @@ WRAPPERS = frozenset(
 
 
 def tensors_of(value: object) -> list[torch.Tensor]:
-    """The tensors in a pytree, in flattening order (fast paths for the common shapes)."""
+    """The tensors in a pytree, in flattening order (fast paths for the common shapes).
+    Dataclass instances (a model's output record) are opened too, field by field.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Output:
+    ...     logits: torch.Tensor
+    ...     extra: dict
+    >>> len(tensors_of([Output(torch.ones(2), {"aux": torch.zeros(1), "step": 3})]))
+    2
+    """
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
         return list(value)
-    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+    return [t for leaf in pytree.tree_leaves(value) for t in _leaf_tensors(leaf)]
+
+
+def _leaf_tensors(leaf: object) -> list[torch.Tensor]:
+    if isinstance(leaf, torch.Tensor):
+        return [leaf]
+    if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):  # pytree leaves them whole
+        return tensors_of([getattr(leaf, field.name) for field in dataclasses.fields(leaf)])
+    return []
 
 
 class TorchRecorder(Instrumentation):
