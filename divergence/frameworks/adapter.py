@@ -61,7 +61,8 @@ class Instrumentation:
         for the framework's pending device fingerprints. ``np.random.set_state`` is wrapped so
         that :attr:`host_generators` reads numpy's state in full after it."""
         s = self.session
-        self.patch(np.random, "set_state", self.host_generators.forgetting)
+        for module in (np.random, np.random.mtrand):
+            self.patch(module, "set_state", self.host_generators.forgetting)
         s.on_step_start.append(step_start)
         s.metadata_providers.append(metadata)
         s.probe_handlers.insert(0, probe)

@@ -12,6 +12,7 @@ import ctypes
 import functools
 import random
 import struct
+import sys
 from collections.abc import Callable
 from functools import cache
 from typing import Any, cast
@@ -74,7 +75,12 @@ class HostGenerators:
 
     State outside that memory: python's ``gauss_next`` is compared too; numpy's cached gaussian
     can be used up without moving the words, so a state that holds one is always read in full,
-    and ``np.random.set_state`` (which can bring one back) is wrapped by :meth:`forgetting`.
+    and ``set_state`` (which can bring one back) is wrapped by :meth:`forgetting` in
+    ``numpy.random`` and ``numpy.random.mtrand``; a restore through another route (the
+    ``RandomState`` object's own method, unpickling) of a state whose words equal the current
+    ones but which holds a cached gaussian is not seen. The generators are looked up at every
+    read, so replacing one (``np.random.set_bit_generator``, rebinding ``random``'s functions)
+    locates the new one. Off CPython (where ``id`` is not an address) every read is full.
 
     >>> generators = HostGenerators()
     >>> generators.fingerprints() == host_rng_fingerprints() == generators.fingerprints()
@@ -82,17 +88,22 @@ class HostGenerators:
     """
 
     def __init__(self) -> None:
-        # the instance the module's functions draw from
-        self._python: Any = random.getstate.__self__  # type: ignore[attr-defined]
-        self._python_memory = id(self._python) + object.__basicsize__
-        self._numpy_memory: int = np.random.mtrand._rand._bit_generator.ctypes.state_address
+        self._python: Any = None  # the generators whose memory is located (held: never freed)
+        self._numpy: Any = None
+        self._python_memory = self._numpy_memory = 0
         self._python_seen: tuple[bytes, str] | None = None  # raw memory, repr(gauss_next)
         self._numpy_seen: bytes | None = None  # raw memory, only when no gaussian was cached
         self._last: list[tuple[str, Fingerprint]] = []
-        self._shortcut = True
+        self._shortcut = sys.implementation.name == "cpython"
 
     def fingerprints(self) -> list[tuple[str, Fingerprint]]:
         """``[("python.random", ...), ("numpy.random", ...)]`` for the states now."""
+        if self._shortcut:
+            # the generators the module functions draw from now (either can be replaced)
+            python_generator = getattr(random.getstate, "__self__", None)
+            numpy_generator = np.random.mtrand._rand._bit_generator
+            if python_generator is not self._python or numpy_generator is not self._numpy:
+                self._locate(python_generator, numpy_generator)
         if not self._shortcut:
             return host_rng_fingerprints()
         python = (
@@ -104,11 +115,24 @@ class HostGenerators:
             return self._last
         python_state, numpy_state = random.getstate(), _numpy_state()
         self._last = _fingerprints(python_state, numpy_state)
-        if python[0] != _python_memory(python_state) or numpy != _numpy_memory(numpy_state):
+        if (python[0], python[1], numpy) != (
+            _python_memory(python_state),
+            repr(python_state[2]),
+            _numpy_memory(numpy_state),
+        ):
             self._shortcut = False  # another layout (or a draw from another thread): read fully
         self._python_seen = python
         self._numpy_seen = numpy if not numpy_state[3] else None
         return self._last
+
+    def _locate(self, python_generator: Any, numpy_generator: Any) -> None:
+        self.forget()
+        if not isinstance(python_generator, random.Random):  # random.getstate was replaced
+            self._shortcut = False
+            return
+        self._python, self._numpy = python_generator, numpy_generator
+        self._python_memory = id(python_generator) + object.__basicsize__
+        self._numpy_memory = numpy_generator.ctypes.state_address
 
     def forget(self) -> None:
         """Read both states in full next time."""

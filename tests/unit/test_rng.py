@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import array
 import random
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from divergence.fingerprint import fingerprint_buffer, header_seed
+from divergence.record import rng
 from divergence.record.rng import RNG_STATE_GLOBS, HostGenerators, host_rng_fingerprints
 
 
@@ -105,15 +107,40 @@ def test_an_unchanged_state_is_not_read_through_the_slow_public_readers(
     np.random.seed(2)
     generators = HostGenerators()
     first = generators.fingerprints()
-    calls: list[str] = []
-    get_state, getstate = np.random.get_state, random.getstate
-    monkeypatch.setattr(np.random, "get_state", lambda **kw: calls.append("np") or get_state(**kw))
-    monkeypatch.setattr(random, "getstate", lambda: calls.append("py") or getstate())
+    full_reads: list[object] = []
+    full_read = rng._fingerprints
+    monkeypatch.setattr(rng, "_fingerprints", lambda *a: full_reads.append(a) or full_read(*a))
     assert generators.fingerprints() == first
-    assert calls == []
+    assert full_reads == []
     np.random.random()
     assert generators.fingerprints() != first
-    assert calls == ["py", "np"]
+    assert len(full_reads) == 1
+
+
+def test_a_replaced_generator_is_located_again() -> None:
+    generators = HostGenerators()
+    generators.fingerprints()
+    previous = np.random.mtrand._rand._bit_generator
+    np.random.set_bit_generator(np.random.MT19937(11))
+    try:
+        assert generators.fingerprints() == host_rng_fingerprints()
+        np.random.random()  # draws from the new generator only
+        assert generators.fingerprints() == host_rng_fingerprints()
+    finally:
+        np.random.set_bit_generator(previous)
+    assert generators.fingerprints() == host_rng_fingerprints()
+
+
+def test_the_recorders_wrap_every_public_set_state() -> None:
+    import torch  # noqa: F401  (the torch recorder, which reads the generators, attaches)
+
+    import divergence
+
+    originals = (np.random.set_state, np.random.mtrand.set_state)
+    with divergence.Recorder(Path(tempfile.mkdtemp()) / "run"):
+        assert np.random.set_state is not originals[0]
+        assert np.random.mtrand.set_state is not originals[1]
+    assert (np.random.set_state, np.random.mtrand.set_state) == originals
 
 
 def test_memory_that_does_not_hold_the_state_turns_the_shortcut_off() -> None:
