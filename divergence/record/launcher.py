@@ -197,8 +197,11 @@ def _not_started(handshake: Path, status: int, command: list[str]) -> RecordErro
     """Why no process started recording: the first failure a child reported, else the flags."""
     what = f"instrumentation did not start in '{' '.join(command)}' (exit status {status})"
     for report in sorted(handshake.glob("*.failed")):
-        failure = json.loads(report.read_text())
-        python, error = failure["python"], failure["error"]
+        try:
+            failure = json.loads(report.read_text())
+            python, error = str(failure["python"]), str(failure["error"])
+        except (OSError, ValueError, KeyError, TypeError):  # half written: the next one, or none
+            continue
         if error.startswith(("ModuleNotFoundError", "ImportError")):
             hint = (
                 f"run the command with the Python diverge is installed in ({sys.executable}), "

@@ -401,22 +401,43 @@ class _NoStorage(torch.Tensor):
     """A wrapper subclass (like DTensor): a tensor without memory of its own."""
 
     @staticmethod
-    def __new__(cls, inner: torch.Tensor) -> _NoStorage:
-        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)  # type: ignore[attr-defined,no-any-return]
+    def __new__(cls, shape: tuple[int, ...], strides: tuple[int, ...]) -> _NoStorage:
+        return torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined,no-any-return]
+            cls, shape, strides=strides, dtype=torch.float32
+        )
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         raise NotImplementedError(func)
 
 
-def test_a_tensor_without_storage_is_skipped_with_the_reason() -> None:
-    """Its data_ptr() is 0: reading there crashed the training."""
-    wrapper = _NoStorage(torch.ones(2, 3))
-    result = fingerprint_tensor(wrapper)
-    assert result.algo == Algorithm.NONE
-    assert result.skipped == "_NoStorage without storage: not fingerprinted"
-    assert (result.dtype, result.shape) == ("float32", (2, 3))
-    assert to_host(wrapper) is None  # no dump: a copy would run the subclass's own code
+def test_a_tensor_subclass_with_its_own_dispatch_is_skipped_with_the_reason() -> None:
+    """A wrapper's data_ptr() is 0: reading there crashed the training; and any op on it (a
+    copy for a dump, a contiguous() for a strided one) would run the subclass's code."""
+    for wrapper in (_NoStorage((2, 3), (3, 1)), _NoStorage((2, 3), (6, 2))):  # dense, strided
+        result = fingerprint_tensor(wrapper)
+        assert result.algo == Algorithm.NONE
+        assert (
+            result.skipped
+            == "_NoStorage: a tensor subclass with its own dispatch, not fingerprinted"
+        )
+        assert (result.dtype, result.shape) == ("float32", (2, 3))
+        assert to_host(wrapper) is None
+
+
+def test_a_tensor_inside_functionalize_is_skipped_not_read_stale() -> None:
+    """What a functional wrapper holds misses the writes still pending through its views."""
+    seen = []
+
+    def write_through_a_view(a: torch.Tensor) -> torch.Tensor:
+        b = a.clone()
+        b[0].add_(100.0)
+        seen.append((fingerprint_tensor(b), to_host(b)))
+        return b
+
+    torch.func.functionalize(write_through_a_view)(torch.zeros(2, 2))
+    ((result, dump),) = seen
+    assert "functionalize" in result.skipped and dump is None
 
 
 # --------------------------------------------------------------------------- SMIX64 (torch ops)

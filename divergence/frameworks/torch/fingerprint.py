@@ -26,6 +26,7 @@ from divergence.fingerprint import (
 from divergence.record.session import Fingerprint
 
 _functorch = torch._C._functorch
+PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})  # others may dispatch to Python
 _dispatch_keys = torch._C._dispatch_keys
 _PYTHON_KEY = torch._C.DispatchKey.Python
 
@@ -65,11 +66,12 @@ def _signed(value: int) -> int:
 
 def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
     """Fingerprint any tensor; kinds it cannot read come back skipped with the reason."""
+    if type(t) not in PLAIN_TYPES and _dispatch_keys(t).has(_PYTHON_KEY) and not t.is_nested:
+        return Fingerprint.skip(dtype_name(t.dtype), tuple(t.shape), subclass_reason(t))
+    if _functorch.is_functorch_wrapped_tensor(t):  # inside vmap, grad, functionalize
+        return _fingerprint_functorch(t)
     if t.is_cpu and t.layout == torch.strided and not t.is_quantized and not t.is_nested:
         return _fingerprint_host(t, "")  # the hot path: plain CPU tensors
-    inner = functorch_unwrapped(t)
-    if inner is not None:
-        return fingerprint_tensor(inner)
     name = dtype_name(t.dtype)
     if t.is_nested:  # its sizes are ragged (or symbolic): no plain shape to record
         return Fingerprint.skip(name, (), "nested tensor: not fingerprinted")
@@ -83,8 +85,6 @@ def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
         if t.is_cpu:
             return _fingerprint_host(t.int_repr(), extra, name)
         return _fingerprint_device(t.int_repr(), name, shape, extra)
-    if _dispatch_keys(t).has(_PYTHON_KEY):  # a subclass: torch ops on it would run its code
-        return _fingerprint_storageless(t, name, shape)
     return _fingerprint_device(t, name, shape, "")
 
 
@@ -152,12 +152,9 @@ def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprin
     name = name or dtype_name(t.dtype)
     shape = tuple(t.shape)
     size = t.nbytes
-    try:
-        address = t.data_ptr()
-    except RuntimeError:  # a torch.func wrapper (checked here: free on the hot path)
-        address = 0
-    if not address and size:  # no memory of its own: a wrapper (never read address 0)
-        return _fingerprint_storageless(t, name, shape)
+    address = t.data_ptr()
+    if not address and size:  # no memory of its own (never read address 0)
+        return Fingerprint.skip(name, shape, f"{type(t).__name__} without storage: not read")
     # Dense with non-negative strides: the span starts at data_ptr() and holds every element once.
     memory = _memory_view(address, size, PYBUF_READ) if size else b""
     seed = header_seed(name, shape, strides, extra) if extra else _seed(name, shape, strides)
@@ -171,18 +168,25 @@ def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor | None:
     if not _functorch.is_functorch_wrapped_tensor(t):
         return None
     while _functorch.is_functorch_wrapped_tensor(t):
+        if _functorch.is_functionaltensor(t):  # functionalize: what it wraps may be stale
+            return None
         t = _functorch.get_unwrapped(t)
     return t
 
 
-def _fingerprint_storageless(t: torch.Tensor, name: str, shape: tuple[int, ...]) -> Fingerprint:
-    """A torch.func wrapper through the tensor it wraps. Any other tensor without memory of its
-    own (a wrapper subclass: DTensor, FakeTensor, ...) is skipped with the reason: reading it
-    would run the subclass's own code, which may compute or communicate."""
+def subclass_reason(t: torch.Tensor) -> str:
+    """Why a tensor subclass with its own ``__torch_dispatch__`` (DTensor, FakeTensor, wrapper
+    subclasses) is not read: any op on it, even a copy, would run its code."""
+    return f"{type(t).__name__}: a tensor subclass with its own dispatch, not fingerprinted"
+
+
+def _fingerprint_functorch(t: torch.Tensor) -> Fingerprint:
+    """A torch.func wrapper through the tensor it wraps; under functionalize, skipped."""
     inner = functorch_unwrapped(t)
     if inner is not None:
         return fingerprint_tensor(inner)
-    return Fingerprint.skip(name, shape, f"{type(t).__name__} without storage: not fingerprinted")
+    reason = "inside torch.func.functionalize (pending writes): not fingerprinted"
+    return Fingerprint.skip(dtype_name(t.dtype), tuple(t.shape), reason)
 
 
 def _seed(name: str, shape: tuple[int, ...], strides: tuple[int, ...] | None) -> int:
@@ -284,11 +288,13 @@ def to_host(t: torch.Tensor) -> tuple[np.ndarray, str] | None:
     """A host copy for a dump, with the dtype name; types numpy lacks are stored as bit views.
     None for a tensor subclass (copying it would run its own code: no dump)."""
     name = dtype_name(t.dtype)
-    inner = functorch_unwrapped(t)
-    if inner is None and _dispatch_keys(t).has(_PYTHON_KEY):
+    if type(t) not in PLAIN_TYPES and _dispatch_keys(t).has(_PYTHON_KEY):
         return None
-    if inner is None:
+    if not _functorch.is_functorch_wrapped_tensor(t):
         return _host_copy(t, name)
+    inner = functorch_unwrapped(t)
+    if inner is None:  # functionalize: no dump, as no fingerprint
+        return None
     with torch._C._DisableFuncTorch():  # inside a transform, the copy would be wrapped again
         return _host_copy(inner, name)
 

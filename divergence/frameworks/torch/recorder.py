@@ -72,14 +72,16 @@ def tensors_of(value: object) -> list[torch.Tensor]:
         return [value]
     if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
         return list(value)
-    return [t for leaf in pytree.tree_leaves(value) for t in _leaf_tensors(leaf)]
+    return [t for leaf in pytree.tree_leaves(value) for t in _leaf_tensors(leaf, 0)]
 
 
-def _leaf_tensors(leaf: object) -> list[torch.Tensor]:
+def _leaf_tensors(leaf: object, depth: int) -> list[torch.Tensor]:
     if isinstance(leaf, torch.Tensor):
         return [leaf]
-    if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):  # pytree leaves them whole
-        return tensors_of([getattr(leaf, field.name) for field in dataclasses.fields(leaf)])
+    # pytree leaves dataclasses whole; a field unset or one that refers back is left out
+    if depth < 8 and dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+        values = [getattr(leaf, field.name, None) for field in dataclasses.fields(leaf)]
+        return [t for v in pytree.tree_leaves(values) for t in _leaf_tensors(v, depth + 1)]
     return []
 
 

@@ -38,5 +38,8 @@ except Exception as exc:  # the program must run on; the launcher notices the mi
     _handshake = os.environ.get("DIVERGE_HANDSHAKE_DIR")  # config.ENV_HANDSHAKE
     if _handshake:  # tell the launcher why, so that its error can say what to do
         _failure = {"python": sys.executable, "error": f"{type(exc).__name__}: {exc}"}
-        with open(os.path.join(_handshake, f"{os.getpid()}.failed"), "w") as _file:
-            json.dump(_failure, _file)
+        try:
+            with open(os.path.join(_handshake, f"{os.getpid()}.failed"), "w") as _file:
+                json.dump(_failure, _file)
+        except OSError:  # the launcher is gone (a late grandchild): nobody to tell
+            pass
