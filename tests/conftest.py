@@ -38,6 +38,19 @@ def compare_json(a: Path, b: Path) -> tuple[int, dict[str, Any]]:
     return result.returncode, json.loads(result.stdout)
 
 
+def assert_repeats_and_keeps_its_bits(runs: list[Path], recorded: Path, plain: Path) -> None:
+    """Two recorded runs compare identical, and the weights a recorded training saved equal, bit
+    for bit, those the same training saved unrecorded (``torch.save`` of a state dict)."""
+    import torch
+
+    code, report = compare_json(*runs)
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+    ours, theirs = torch.load(recorded), torch.load(plain)
+    assert ours.keys() == theirs.keys()
+    for key in theirs:
+        assert torch.equal(ours[key].view(torch.uint8), theirs[key].view(torch.uint8)), key
+
+
 Recorder = Callable[..., Path]
 
 

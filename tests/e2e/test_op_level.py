@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTS, Recorder, compare_json
+from tests.conftest import SCRIPTS, Recorder, assert_repeats_and_keeps_its_bits, compare_json
 
 OP = ("--granularity", "op")
 
@@ -280,7 +280,6 @@ def test_a_transformer_training_keeps_its_bits_and_repeats(
 ) -> None:
     """Dropout, AdamW, clipping, a schedule, bf16 autocast and accumulation: recording changes
     no bit of the trained weights, and two recorded runs compare identical."""
-    import torch
 
     options = ("--granularity", granularity)
     outs = [tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "plain.pt"]
@@ -293,12 +292,7 @@ def test_a_transformer_training_keeps_its_bits_and_repeats(
         check=True,
         capture_output=True,
     )
-    code, report = compare_json(*runs)
-    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
-    recorded, plain = torch.load(outs[0]), torch.load(outs[2])
-    assert recorded.keys() == plain.keys()
-    for key in plain:
-        assert torch.equal(recorded[key].view(torch.uint8), plain[key].view(torch.uint8)), key
+    assert_repeats_and_keeps_its_bits(runs, outs[0], outs[2])
 
 
 def test_replay_rebuilds_a_buffer_the_op_writes(tmp_path: Path) -> None:

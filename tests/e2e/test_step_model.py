@@ -11,7 +11,7 @@ import pytest
 
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
-from tests.conftest import SCRIPTS, compare_json, run_cli
+from tests.conftest import SCRIPTS, assert_repeats_and_keeps_its_bits, run_cli
 
 
 def recorded(tmp_path: Path, *command: str) -> RunFile:
@@ -83,7 +83,6 @@ def test_a_checkpoint_recomputing_a_forward_in_the_backward_is_not_a_model_call(
 ) -> None:
     """The recomputed blocks are recorded in the backward phase; they are neither a batch nor a
     new step (no optimizer here: each model call is a step), and recording keeps the bits."""
-    import torch
 
     flags = ["--reentrant"] if reentrant else []
     outs = [tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "plain.pt"]
@@ -112,8 +111,4 @@ def test_a_checkpoint_recomputing_a_forward_in_the_backward_is_not_a_model_call(
     assert set(names[records["kind"] == Kind.BATCH]) == {"Net"}
     recomputed = (records["kind"] == Kind.OUTPUT) & (records["phase"] == Phase.BACKWARD)
     assert {"blocks.0.fc", "blocks.2.fc"} <= set(names[recomputed])
-    code, report = compare_json(*runs)
-    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
-    recorded, plain = torch.load(outs[0]), torch.load(outs[2])
-    for key in plain:
-        assert torch.equal(recorded[key].view(torch.uint8), plain[key].view(torch.uint8)), key
+    assert_repeats_and_keeps_its_bits(runs, outs[0], outs[2])

@@ -12,7 +12,7 @@ import pytest
 
 from divergence.store.run import Run
 from divergence.store.schema import Kind, Status
-from tests.conftest import SCRIPTS, compare_json, run_cli
+from tests.conftest import SCRIPTS, assert_repeats_and_keeps_its_bits, run_cli
 
 SCRIPT = str(SCRIPTS / "per_sample_grads.py")
 
@@ -23,7 +23,6 @@ SCRIPT = str(SCRIPTS / "per_sample_grads.py")
 def test_per_sample_gradients_are_recorded_and_keep_their_bits(
     tmp_path: Path, options: tuple[str, ...]
 ) -> None:
-    import torch
 
     outs = [tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "plain.pt"]
     runs = [tmp_path / "run_a", tmp_path / "run_b"]
@@ -43,8 +42,4 @@ def test_per_sample_gradients_are_recorded_and_keep_their_bits(
         names = np.array([file.strings[i] for i in records["name"]])
         first = (names == "0") & (records["kind"] == Kind.OUTPUT)
         assert {file.strings[i] for i in records["shape"][first]} == {"16,1,8"}
-    code, report = compare_json(*runs)
-    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
-    recorded, plain = torch.load(outs[0]), torch.load(outs[2])
-    for key in plain:
-        assert torch.equal(recorded[key].view(torch.uint8), plain[key].view(torch.uint8)), key
+    assert_repeats_and_keeps_its_bits(runs, outs[0], outs[2])

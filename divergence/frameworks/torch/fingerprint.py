@@ -162,11 +162,10 @@ def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprin
 
 
 def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor | None:
-    """The plain tensor inside a ``torch.func`` transform's wrappers (``vmap``, ``grad``), or None
-    for a tensor that is not wrapped. Its layout is the physical one: ``vmap``'s batch dimension
-    is part of its shape."""
-    if not _functorch.is_functorch_wrapped_tensor(t):
-        return None
+    """The plain tensor inside ``t``'s ``torch.func`` wrappers (``vmap``, ``grad``), or None
+    under ``functionalize``. Its layout is the physical one: ``vmap``'s batch dimension is part
+    of its shape. Callers check ``is_functorch_wrapped_tensor`` first (a plain ``t`` comes
+    back as it is)."""
     while _functorch.is_functorch_wrapped_tensor(t):
         if _functorch.is_functionaltensor(t):  # functionalize: what it wraps may be stale
             return None
