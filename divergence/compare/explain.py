@@ -29,10 +29,7 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     elif kind == Kind.OUTPUT:
         _explain_output(divergence, run, row, same_step, previous)
     elif kind == Kind.INPUT:
-        parent = name.rsplit(".", 1)[0] if "." in name else "the root module"
-        divergence.origin_text = (
-            f"computed outside any module, in {_code(parent)}'s forward code after {previous}"
-        )
+        _explain_input(divergence, run, row, same_step)
     elif kind == Kind.GRAD_OUTPUT:
         divergence.origin, divergence.origin_text = (
             True,
@@ -93,6 +90,36 @@ def _explain_output(
         )
     else:
         divergence.origin_text = f"inside {_code(name)}'s forward: its inputs matched"
+
+
+def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np.ndarray) -> None:
+    """A module input that differs while every record before it matched was made by its
+    caller's own code: no recorded module returned it. Say which caller, after what."""
+    records, name = run.records, divergence.location
+    call_start = row  # the call's earlier inputs (a keyword after a matching positional)
+    while (
+        call_start - 1 in same_step
+        and records["name"][call_start - 1] == records["name"][row]
+        and records["kind"][call_start - 1] == Kind.INPUT
+    ):
+        call_start -= 1
+    before = same_step[same_step < call_start]
+    previous = _describe(run, int(before[-1])) if before.size else "the start of the step"
+    divergence.origin_text = (
+        f"in {_caller(run, name, before)}'s own forward code, after {previous} and before "
+        f"it called {_code(name)}"
+    )
+
+
+def _caller(run: RunFile, name: str, before: np.ndarray) -> str:
+    """The module whose code called ``name``: its parent, or the model whose batch began
+    the step (a top-level module's caller)."""
+    if "." in name:
+        return _code(name.rsplit(".", 1)[0])
+    records = run.records
+    models = [run.strings[records["name"][i]] for i in before if records["kind"][i] == Kind.BATCH]
+    models = [model for model in models if model != "dataloader"]  # (a DataLoader's batch)
+    return _code(models[-1]) if models else "the root module"
 
 
 def split_op_name(name: str) -> tuple[str, str]:

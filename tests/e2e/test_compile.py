@@ -126,3 +126,48 @@ def test_compile_with_options_and_nested_regions_in_process(tmp_path: Path) -> N
     regions = [name for _, kind, name in records_of(tmp_path / "run") if kind == "compiled"]
     assert regions.count("Net") == 2
     assert sum(name.endswith("scale>") for name in regions) == 2
+
+
+def test_keyword_arguments_into_a_compiled_region_are_its_inputs(tmp_path: Path) -> None:
+    """A compiled module and a compiled function called with keywords: the keyword tensors are
+    recorded as inputs after the positional ones, at the region's boundary."""
+    from torch import nn
+
+    import divergence
+
+    class Gate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) * mask
+
+    def shift(x: torch.Tensor, *, by: torch.Tensor) -> torch.Tensor:
+        return x + by
+
+    torch.manual_seed(0)
+    with divergence.Recorder(tmp_path / "run"):
+        model = torch.compile(Gate(), backend="eager")
+        compiled_shift = torch.compile(shift, backend="eager")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad()
+            out = model(torch.randn(3, 4), mask=torch.ones(3, 1))
+            compiled_shift(out, by=torch.zeros(1, 4)).sum().backward()
+            optimizer.step()
+    (process,) = Run.open(tmp_path / "run").processes
+    file = process.load()
+    step1 = file.records[file.records["step"] == 1]
+    inputs = {
+        (file.strings[r["name"]], int(r["slot"])): file.strings[r["shape"]]
+        for r in step1
+        if r["kind"] in (Kind.INPUT, Kind.BATCH)
+    }
+    region = f"<compiled {shift.__qualname__}>"
+    assert inputs == {
+        ("Gate", 0): "3,4",
+        ("Gate", 1): "3,1",
+        (region, 0): "3,4",
+        (region, 1): "1,4",
+    }

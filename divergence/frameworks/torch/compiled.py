@@ -47,11 +47,11 @@ def compiled_module(module: torch.nn.Module) -> torch.nn.Module | None:
 
 
 def wrap_compile(
-    enter: Callable[[Any, tuple[Any, ...]], Any],
+    enter: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any],
     leave: Callable[[Any], None],
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A patch for ``torch.compile``: functions it returns call ``enter(owner, args)`` before
-    and ``leave(output)`` after the compiled code. ``owner`` is the module of a compiled
+    """A patch for ``torch.compile``: functions it returns call ``enter(owner, args, kwargs)``
+    before and ``leave(output)`` after the compiled code. ``owner`` is the module of a compiled
     bound method (``model.compile()`` compiles ``model._call_impl``), else the function."""
 
     def patch(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -72,7 +72,7 @@ def wrap_compile(
 def _region(
     compiled: Callable[..., Any],
     source: Any,
-    enter: Callable[[Any, tuple[Any, ...]], Any],
+    enter: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any],
     leave: Callable[[Any], None],
 ) -> Callable[..., Any]:
     owner = getattr(source, "__self__", None)
@@ -82,7 +82,7 @@ def _region(
     def region(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():  # called from code dynamo traces: part of that region
             return compiled(*args, **kwargs)
-        enter(owner, args)
+        enter(owner, args, kwargs)
         output = None
         try:
             output = compiled(*args, **kwargs)

@@ -26,6 +26,7 @@ from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
+from torch.nn.parameter import is_lazy
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader
@@ -46,6 +47,7 @@ from divergence.frameworks.torch.fingerprint import (
     resolve_pending,
     to_host,
 )
+from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
@@ -95,6 +97,8 @@ class TorchRecorder(Instrumentation):
         )
         self.param_names: dict[int, str] = {}
         self.roots: list[weakref.ref[torch.nn.Module]] = []
+        # roots holding a lazy module's parameters still uninitialised (with their name prefix)
+        self.lazy_roots: list[tuple[weakref.ref[torch.nn.Module], str]] = []
         self.stack: list[str] = []
         self.cache = FingerprintCache()
         self.stepped_this_step: set[int] = set()
@@ -151,19 +155,40 @@ class TorchRecorder(Instrumentation):
         for path, module in root.named_modules():
             if module not in self.module_names:
                 self.module_names[module] = prefix + path if path else (prefix.rstrip(".") or label)
+        if self._adopt_parameters(root, prefix):
+            self.lazy_roots.append((weakref.ref(root), prefix))
+        return self.module_names[root]
+
+    def _adopt_parameters(self, root: torch.nn.Module, prefix: str) -> bool:
+        """Name the root's new parameters, hook their gradients and record their initial
+        values. Returns whether some are still uninitialised: a lazy module's, which its
+        first forward creates (they are adopted when the root's call returns)."""
+        fresh, lazy = [], False
         for path, param in root.named_parameters():
-            if id(param) not in self.param_names:
+            if is_lazy(param):
+                lazy = True
+            elif id(param) not in self.param_names:
                 self.param_names[id(param)] = prefix + path
                 self.undo.append(
                     param.register_post_accumulate_grad_hook(
                         eager_only(self.guard(self.after_grad_accumulated))
                     ).remove
                 )
+                fresh.append((prefix + path, param))
         if self.session.begin_event():
-            for path, param in root.named_parameters():
-                if self.session.wants(prefix + path):
-                    self._add(Phase.INIT, Kind.PARAM, prefix + path, param)
-        return self.module_names[root]
+            for name, param in fresh:
+                if self.session.wants(name):
+                    self._add(Phase.INIT, Kind.PARAM, name, param)
+        return lazy
+
+    def _adopt_materialised(self) -> None:
+        """After a root call: adopt the lazy parameters its forward has initialised."""
+        still_lazy = []
+        for ref, prefix in self.lazy_roots:
+            root = ref()
+            if root is not None and self._adopt_parameters(root, prefix):
+                still_lazy.append((ref, prefix))
+        self.lazy_roots = still_lazy
 
     def _param_name(self, param: torch.Tensor, optimizer: torch.optim.Optimizer, index: str) -> str:
         name = self.param_names.get(id(param))
@@ -206,11 +231,14 @@ class TorchRecorder(Instrumentation):
     def before_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         inner = compiled_module(module)
         if inner is not None:
-            self.enter_compiled(inner, args)
+            self.enter_compiled(inner, args, call_keywords(module))
         elif not self.compiled_depth and type(module).__name__ not in WRAPPERS:
-            self._enter(module, args)  # (a compiled backend's own graph modules are skipped)
+            # (a compiled backend's own graph modules are skipped)
+            self._enter(module, args, call_keywords(module))
 
-    def _enter(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+    def _enter(
+        self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         s = self.session
         # A forward inside the backward (activation checkpointing recomputing a segment) is
         # recorded in the backward phase, and its outermost module is not a model call.
@@ -226,7 +254,7 @@ class TorchRecorder(Instrumentation):
         if not s.begin_event() or not s.wants(name):
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (phase, Kind.INPUT)
-        self._add_all(phase, kind, name, tensors_of(args))
+        self._add_all(phase, kind, name, _call_tensors(args, kwargs))
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if compiled_module(module) is not None:
@@ -236,6 +264,8 @@ class TorchRecorder(Instrumentation):
 
     def _leave(self, output: Any) -> None:
         name = self._pop()
+        if self.lazy_roots and not self.stack:
+            self._adopt_materialised()
         s = self.session
         if not s.begin_event() or not s.wants(name):
             return
@@ -245,7 +275,7 @@ class TorchRecorder(Instrumentation):
             if t.requires_grad and t.grad_fn is not None:
                 t.register_hook(_GradOfOutput(self, name, slot))
 
-    def enter_compiled(self, owner: object, args: tuple[Any, ...]) -> None:
+    def enter_compiled(self, owner: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Into a torch.compile region (see ``compiled.py``): recorded as a call of its module
         (or of ``<compiled fn>``) with a COMPILED record that says its inside is not seen. A
         region entered inside another is part of it."""
@@ -254,12 +284,13 @@ class TorchRecorder(Instrumentation):
             return
         s = self.session
         if isinstance(owner, torch.nn.Module):
-            self._enter(owner, args)
+            self._enter(owner, args, kwargs)
         else:
             name = function_name(owner)
             self._push(f"{self.stack[-1]}.{name}" if self.stack else name)
             if s.begin_event() and s.wants(self.stack[-1]):
-                self._add_all(_phase_now(), Kind.INPUT, self.stack[-1], tensors_of(args))
+                inputs = _call_tensors(args, kwargs)
+                self._add_all(_phase_now(), Kind.INPUT, self.stack[-1], inputs)
         if s.begin_event() and s.wants(self.stack[-1]):
             s.add(
                 _phase_now(), Kind.COMPILED, self.stack[-1], Fingerprint.skip("", (), NOT_OBSERVED)
@@ -316,7 +347,7 @@ class TorchRecorder(Instrumentation):
             prefix = self.module_names.get(root, "")
             for path, buffer in root.named_buffers():
                 name = f"{prefix}.{path}" if len(self.roots) > 1 else path
-                if self.session.wants(name):
+                if self.session.wants(name) and not is_lazy(buffer):
                     self._add(Phase.OPTIMIZER, Kind.BUFFER, name, buffer)
 
     def at_step_start(self, session: Session) -> None:
@@ -390,6 +421,12 @@ class _GradOfOutput:
             self.recorder.grad_of_output(self.name, self.slot, grad)
         except Exception as exc:
             self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
+
+
+def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """A call's tensor arguments: the positional ones, then the keywords in call order."""
+    tensors = tensors_of(args)
+    return tensors + tensors_of(kwargs) if kwargs else tensors
 
 
 def _phase_now() -> Phase:

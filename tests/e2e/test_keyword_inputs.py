@@ -1,0 +1,73 @@
+"""Module inputs passed by keyword: ``model(**batch)`` and a block given its mask by keyword."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from divergence.store.reader import RunFile
+from divergence.store.schema import Kind
+from tests.conftest import SCRIPTS, Recorder, assert_repeats_and_keeps_its_bits, compare_json
+
+SCRIPT = "keyword_inputs.py"
+
+
+def call_records(run: RunFile, kind: Kind, name: str, step: int) -> list[tuple[int, str]]:
+    """(slot, shape) of each ``kind`` record of ``name`` in ``step``."""
+    records = run.records
+    rows = np.flatnonzero((records["kind"] == kind) & (records["step"] == step))
+    return [
+        (int(records["slot"][i]), run.strings[records["shape"][i]])
+        for i in rows
+        if run.strings[records["name"][i]] == name
+    ]
+
+
+def test_a_batch_passed_by_keyword_is_the_models_data_record(
+    record: Recorder, tmp_path: Path
+) -> None:
+    """Positional inputs first, then the keywords in call order; recording keeps the bits."""
+    outs = [tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "plain.pt"]
+    runs = [record(SCRIPT, "--out", str(out)) for out in outs[:2]]
+    subprocess.run([sys.executable, str(SCRIPTS / SCRIPT), "--out", str(outs[2])], check=True)
+    (file,) = runs[0].glob("*.h5")
+    run = RunFile.open(file)
+    assert call_records(run, Kind.BATCH, "Model", 1) == [(0, "4,5,6"), (1, "4,5"), (2, "4")]
+    assert call_records(run, Kind.INPUT, "block", 1) == [(0, "4,5,8"), (1, "4,1,5")]
+    assert_repeats_and_keeps_its_bits(runs, outs[0], outs[2])
+
+
+def test_a_flipped_bit_in_a_keyword_batch_is_found_in_the_data(record: Recorder) -> None:
+    code, report = compare_json(record(SCRIPT), record(SCRIPT, "--flip-batch", "2"))
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"], first["location"], first["slot"]) == (
+        2,
+        "data",
+        "batch",
+        "Model",
+        0,
+    )
+
+
+def test_a_keyword_argument_made_by_the_caller_is_not_taken_for_the_callees_origin(
+    record: Recorder,
+) -> None:
+    """The bias differs, the hidden state does not: the block's input differs first, and the
+    report points at the model's own code that made it, not inside the block."""
+    code, report = compare_json(record(SCRIPT), record(SCRIPT, "--shift-bias", "1"))
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["kind"], first["location"], first["slot"]) == (
+        1,
+        "input",
+        "block",
+        1,
+    )
+    assert first["origin"] is None
+    assert first["origin_text"] == (
+        "in `Model`'s own forward code, after `embed` output and before it called `block`"
+    )
