@@ -26,10 +26,15 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     divergence.facts.update(_run_facts(run.meta))
     if kind in (Kind.OP_OUTPUT, Kind.OP_INPUT):
         explain_op(divergence, run, row)
-    elif kind == Kind.OUTPUT:
-        _explain_output(divergence, run, row, same_step, previous)
-    elif kind == Kind.INPUT:
-        _explain_input(divergence, run, row, same_step)
+    elif kind in (Kind.OUTPUT, Kind.INPUT):
+        if kind == Kind.OUTPUT:
+            _explain_output(divergence, run, row, same_step, previous)
+        else:
+            _explain_input(divergence, run, row, same_step)
+        if records["phase"][row] == Phase.BACKWARD:  # only a recomputed forward has these
+            divergence.origin_text += (
+                ", in a forward recomputed during the backward (activation checkpointing)"
+            )
     elif kind == Kind.GRAD_OUTPUT:
         divergence.origin, divergence.origin_text = (
             True,

@@ -7,6 +7,8 @@ Framework-free: it drives ``diverge record`` (subprocesses) and ``compare``.
 ('block', 'block.*', 'block/*')
 >>> zoom_globs(Divergence("value", "p0", 3, "backward", "param_grad", "fc.weight", 0))
 ()
+>>> zoom_globs(Divergence("value", "p0", 3, "backward", "output", "blocks.0", 0))  # recomputed
+('blocks.0', 'blocks.0.*', 'blocks.0/*')
 """
 
 from __future__ import annotations
@@ -87,9 +89,12 @@ class Hunt:
 
 def zoom_globs(d: Divergence) -> tuple[str, ...]:
     """The ``--include`` globs of the zoom: the module where a forward divergence appeared
-    (its parent for an input computed in the parent's code); the whole step otherwise, since a
-    backward or optimizer value is computed by ops of other modules."""
-    if d.phase != "forward" or d.kind not in ("output", "input", "op_output", "op_input"):
+    (its parent for an input computed in the parent's code), a forward recomputed in the
+    backward included; the whole step otherwise, since a backward or optimizer value is
+    computed by ops of other modules."""
+    recomputed = d.phase == "backward" and d.kind in ("output", "input")
+    forward = d.phase == "forward" and d.kind in ("output", "input", "op_output", "op_input")
+    if not (forward or recomputed):
         return ()
     module = d.location.rpartition("/")[0] if d.kind.startswith("op_") else d.location
     if d.kind == "input":
