@@ -124,6 +124,18 @@ def test_each_case_gets_its_class(case: str, tmp_path: Path) -> None:
     assert cause == f"Likely cause: {EXPECTED[case]}"
 
 
+@pytest.mark.parametrize("evidence", [[], ["rng.python.random"]])
+def test_a_batch_under_random_str_hashes_names_pythonhashseed(evidence: list[str]) -> None:
+    """With or without a generator that differed, the fix for a model's batch includes
+    PYTHONHASHSEED when str hashes were randomised, and only then."""
+    random = match_cause("value", "batch", "Net", evidence, "data", facts={"str_hash": "random"})
+    fixed = match_cause("value", "batch", "Net", evidence, "data", facts={"str_hash": "fixed"})
+    assert random is not None and fixed is not None
+    assert random.cause == fixed.cause == ("rng" if evidence else "data")
+    assert "export PYTHONHASHSEED=0" in random.fix
+    assert "PYTHONHASHSEED" not in fixed.fix
+
+
 def test_nothing_known_says_so() -> None:
     assert match_cause("value", "step_end", "x", [], "marker") is None
 

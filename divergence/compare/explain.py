@@ -135,9 +135,15 @@ def split_op_name(name: str) -> tuple[str, str]:
 
 
 def _run_facts(meta: dict[str, object]) -> dict[str, str]:
-    devices = meta.get("devices")
+    devices, env = meta.get("devices"), meta.get("env")
     cuda = isinstance(devices, dict) and bool(devices.get("cuda"))
-    return {"device": "cuda" if cuda else "cpu", "framework": str(meta.get("framework", ""))}
+    # Unset (or "random"), each process draws its own secret for str and bytes hashes.
+    hash_seed = env.get("PYTHONHASHSEED", "random") if isinstance(env, dict) else "random"
+    return {
+        "device": "cuda" if cuda else "cpu",
+        "framework": str(meta.get("framework", "")),
+        "str_hash": "random" if hash_seed == "random" else "fixed",
+    }
 
 
 def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:

@@ -10,6 +10,8 @@ True
 >>> match_cause("value", "op_output", "emb/aten.index_add.default", [], "backward",
 ...             facts={"op": "aten.index_add.default", "device": "cuda"}).cause
 'compute'
+>>> match_cause("value", "batch", "Net", [], "data", facts={"str_hash": "random"}).fix[:24]
+'export PYTHONHASHSEED=0 '
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Cause:
     ops: tuple[str, ...] = ()  # globs over the origin op (op-level runs): "aten.index_add*"
     devices: tuple[str, ...] = ()  # globs over the device type: "cuda", "cpu"
     frameworks: tuple[str, ...] = ()  # "torch", "tensorflow"
+    str_hashes: tuple[str, ...] = ()  # "random" (PYTHONHASHSEED unset) or "fixed"
     holds_for: str = ""
 
     def applies(
@@ -74,6 +77,7 @@ class Cause:
             and _holds(self.ops, facts.get("op", ""))
             and _holds(self.devices, facts.get("device", ""))
             and _holds(self.frameworks, facts.get("framework", ""))
+            and _holds(self.str_hashes, facts.get("str_hash", ""))
         )
 
 
@@ -100,7 +104,8 @@ def labels() -> dict[str, str]:
 
 def _cause(entry: dict[str, object]) -> Cause:
     fields = dict(entry)
-    for key in ("reasons", "kinds", "names", "phases", "env", "ops", "devices", "frameworks"):
+    lists = ("reasons", "kinds", "names", "phases", "env", "ops", "devices", "frameworks")
+    for key in (*lists, "str_hashes"):
         if key in fields:
             values = [str(v) for v in fields[key]]  # type: ignore[attr-defined]
             if "@compute" in values:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import Recorder, compare_json, run_cli
+from tests.conftest import SCRIPTS, Recorder, compare_json, run_cli
 
 
 def test_identical_runs_exit_0(record: Recorder) -> None:
@@ -183,3 +185,36 @@ def test_compare_and_info_work_without_torch_or_tensorflow(record: Recorder) -> 
 
     result = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_batch_ordered_by_str_hashes_names_pythonhashseed(tmp_path: Path) -> None:
+    """Real processes without PYTHONHASHSEED draw their own str hash secrets: the vocabulary,
+    so the batch, differs though every generator is seeded. With PYTHONHASHSEED=0 it does not."""
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    runs: dict[str, list[Path]] = {"random": [], "fixed": []}
+    for setting, env in (("random", environ), ("fixed", {**environ, "PYTHONHASHSEED": "0"})):
+        for index in range(2):
+            out = tmp_path / f"{setting}{index}"
+            command = ("--", sys.executable, str(SCRIPTS / "vocabulary.py"))
+            result = subprocess.run(
+                [sys.executable, "-m", "divergence", "record", "-o", str(out), *command],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert result.returncode == 0, result.stderr
+            runs[setting].append(out)
+    code, report = compare_json(*runs["fixed"])
+    assert (code, report["status"]) == (0, "identical")
+    code, report = compare_json(*runs["random"])
+    first = report["first_divergence"]
+    assert (code, first["phase"], first["kind"], first["location"]) == (
+        1,
+        "data",
+        "batch",
+        "Sequential",
+    )
+    assert first["cause"] == "data"
+    assert "PYTHONHASHSEED unset" in first["cause_text"]
+    assert "export PYTHONHASHSEED=0" in first["cause_text"]
