@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from divergence.compare.engine import compare_runs
-from divergence.compare.knowledge import match_cause
+from divergence.compare.knowledge import match_cause, matching_hints
 from divergence.fingerprint import Algorithm
 from divergence.record.config import RecordConfig
 from divergence.record.session import Fingerprint, Session
@@ -124,16 +124,22 @@ def test_each_case_gets_its_class(case: str, tmp_path: Path) -> None:
     assert cause == f"Likely cause: {EXPECTED[case]}"
 
 
-@pytest.mark.parametrize("evidence", [[], ["rng.python.random"]])
-def test_a_batch_under_random_str_hashes_names_pythonhashseed(evidence: list[str]) -> None:
-    """With or without a generator that differed, the fix for a model's batch includes
-    PYTHONHASHSEED when str hashes were randomised, and only then."""
-    random = match_cause("value", "batch", "Net", evidence, "data", facts={"str_hash": "random"})
-    fixed = match_cause("value", "batch", "Net", evidence, "data", facts={"str_hash": "fixed"})
-    assert random is not None and fixed is not None
-    assert random.cause == fixed.cause == ("rng" if evidence else "data")
-    assert "export PYTHONHASHSEED=0" in random.fix
-    assert "PYTHONHASHSEED" not in fixed.fix
+@pytest.mark.parametrize(
+    ("name", "evidence", "cause"),
+    [("Net", [], "data"), ("dataloader", [], "data"), ("Net", ["rng.python.random"], "rng")],
+)
+def test_a_batch_under_random_str_hashes_adds_pythonhashseed_to_its_cause(
+    name: str, evidence: list[str], cause: str
+) -> None:
+    """PYTHONHASHSEED is a second suspect for a batch (the cause itself is unchanged), and only
+    when str hashes were randomised."""
+    for str_hash in ("random", "fixed"):
+        facts = {"str_hash": str_hash}
+        found = match_cause("value", "batch", name, evidence, "data", facts=facts)
+        assert found is not None and found.cause == cause
+        hints = matching_hints("value", "batch", name, evidence, "data", facts=facts)
+        assert len(hints) == (str_hash == "random")
+    assert matching_hints("value", "output", "fc", [], "forward", {"str_hash": "random"}) == []
 
 
 def test_nothing_known_says_so() -> None:

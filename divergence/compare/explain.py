@@ -12,7 +12,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from divergence.compare.knowledge import Cause, labels, match_cause
+from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.store.reader import RunFile
 from divergence.store.schema import UNINITIALISED, WRITTEN_BUFFER, Kind, Phase
@@ -110,21 +110,52 @@ def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np
         call_start -= 1
     before = same_step[same_step < call_start]
     previous = _describe(run, int(before[-1])) if before.size else "the start of the step"
-    divergence.origin_text = (
-        f"in {_caller(run, name, before)}'s own forward code, after {previous} and before "
-        f"it called {_code(name)}"
+    caller = _caller(run, name, before)
+    where = (
+        f"{_code(caller)}'s own forward code" if caller else "the training code, outside any module"
     )
+    divergence.origin_text = f"in {where}, after {previous} and before it called {_code(name)}"
 
 
 def _caller(run: RunFile, name: str, before: np.ndarray) -> str:
-    """The module whose code called ``name``: its parent, or the model whose batch began
-    the step (a top-level module's caller)."""
-    if "." in name:
-        return _code(name.rsplit(".", 1)[0])
+    """The module whose code called ``name`` ("" for the training code): its parent; for a
+    top-level name, the model whose call is still open (a root such as a loss module, or a
+    second root ``Label#N``, is called by the training code)."""
+    parent = parent_module(name)
+    if parent or "#" in name:
+        return parent
     records = run.records
-    models = [run.strings[records["name"][i]] for i in before if records["kind"][i] == Kind.BATCH]
-    models = [model for model in models if model != "dataloader"]  # (a DataLoader's batch)
-    return _code(models[-1]) if models else "the root module"
+    models = [
+        int(i)
+        for i in before
+        if records["kind"][i] == Kind.BATCH and run.strings[records["name"][i]] != "dataloader"
+    ]
+    if not models:
+        return ""
+    model = records["name"][models[-1]]
+    returned = any(
+        records["kind"][i] == Kind.OUTPUT and records["name"][i] == model
+        for i in before[before > models[-1]]
+    )
+    return "" if returned else run.strings[model]
+
+
+def parent_module(name: str) -> str:
+    """The module a recorded module name belongs to ("" at the top). A compiled function's
+    ``<compiled Ops.shift>`` and an inline module's ``<Linear>`` are one part each.
+
+    >>> parent_module("block.attn"), parent_module("block.<compiled Ops.shift>")
+    ('block', 'block')
+    >>> parent_module("<compiled Ops.shift>"), parent_module("fc")
+    ('', '')
+    """
+    depth = 0
+    for index in range(len(name) - 1, -1, -1):
+        char = name[index]
+        depth += (char == ">") - (char == "<")
+        if char == "." and depth == 0:
+            return name[:index]
+    return ""
 
 
 def split_op_name(name: str) -> tuple[str, str]:
@@ -138,11 +169,11 @@ def _run_facts(meta: dict[str, object]) -> dict[str, str]:
     devices, env = meta.get("devices"), meta.get("env")
     cuda = isinstance(devices, dict) and bool(devices.get("cuda"))
     # Unset (or "random"), each process draws its own secret for str and bytes hashes.
-    hash_seed = env.get("PYTHONHASHSEED", "random") if isinstance(env, dict) else "random"
+    hash_seed = env.get("PYTHONHASHSEED", "") if isinstance(env, dict) else ""
     return {
         "device": "cuda" if cuda else "cpu",
         "framework": str(meta.get("framework", "")),
-        "str_hash": "random" if hash_seed == "random" else "fixed",
+        "str_hash": "random" if hash_seed in ("", "random") else "fixed",
     }
 
 
@@ -284,14 +315,8 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     nothing matched."""
     keys = [e.key for e in environment]
     keys += [f"rng.{evidence.split(' ')[0]}" for evidence in divergence.rng_evidence]
-    cause = match_cause(
-        divergence.reason,
-        divergence.kind,
-        divergence.location,
-        keys,
-        divergence.phase,
-        facts=divergence.facts,
-    )
+    conditions = (divergence.reason, divergence.kind, divergence.location, keys, divergence.phase)
+    cause = match_cause(*conditions, facts=divergence.facts)
     divergence.evidence = _evidence(divergence, environment, cause)
     if cause is None:
         return "unknown", "no known cause matches this divergence (the knowledge base has no entry)"
@@ -307,6 +332,8 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     text += f" Fix: {cause.fix}"
     if cause.holds_for:
         text += f" [holds for {cause.holds_for}]"
+    for hint in matching_hints(*conditions, facts=divergence.facts):
+        text += f". Also: {hint}"
     return cause.cause, text
 
 

@@ -10,8 +10,8 @@ True
 >>> match_cause("value", "op_output", "emb/aten.index_add.default", [], "backward",
 ...             facts={"op": "aten.index_add.default", "device": "cuda"}).cause
 'compute'
->>> match_cause("value", "batch", "Net", [], "data", facts={"str_hash": "random"}).fix[:24]
-'export PYTHONHASHSEED=0 '
+>>> matching_hints("value", "batch", "Net", [], "data", facts={"str_hash": "random"})[0][:26]
+'PYTHONHASHSEED was not set'
 """
 
 from __future__ import annotations
@@ -81,6 +81,21 @@ class Cause:
         )
 
 
+def matching_hints(
+    reason: str,
+    kind: str,
+    name: str,
+    differing_env: Sequence[str],
+    phase: str = "",
+    facts: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The summaries of the ``[[hint]]`` entries whose conditions hold: second suspects that
+    follow whichever cause is reported."""
+    return [
+        h.summary for h in hints() if h.applies(reason, kind, name, phase, differing_env, facts)
+    ]
+
+
 def _holds(globs: tuple[str, ...], value: str) -> bool:
     return not globs or (bool(value) and any(fnmatchcase(value, g) for g in globs))
 
@@ -89,6 +104,11 @@ def _holds(globs: tuple[str, ...], value: str) -> bool:
 def causes() -> tuple[Cause, ...]:
     entries = _data()["cause"]
     return tuple(_cause(entry) for entry in entries)
+
+
+@cache
+def hints() -> tuple[Cause, ...]:
+    return tuple(_cause({"cause": "hint", "fix": "", **entry}) for entry in _data().get("hint", []))
 
 
 @cache

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from divergence.compare.engine import compare_runs
+from divergence.compare.explain import parent_module
 from divergence.compare.model import Comparison, Divergence
 from divergence.errors import RecordError
 from divergence.record.config import RecordConfig, StepRange
@@ -98,7 +99,7 @@ def zoom_globs(d: Divergence) -> tuple[str, ...]:
         return ()
     module = d.location.rpartition("/")[0] if d.kind.startswith("op_") else d.location
     if d.kind == "input":
-        module = module.rpartition(".")[0]
+        module = parent_module(module)
     if not module:
         return ()
     return (module, f"{module}.*", f"{module}/*")

@@ -216,5 +216,5 @@ def test_a_batch_ordered_by_str_hashes_names_pythonhashseed(tmp_path: Path) -> N
         "Sequential",
     )
     assert first["cause"] == "data"
-    assert "PYTHONHASHSEED unset" in first["cause_text"]
+    assert "PYTHONHASHSEED was not set" in first["cause_text"]
     assert "export PYTHONHASHSEED=0" in first["cause_text"]

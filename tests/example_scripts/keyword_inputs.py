@@ -1,5 +1,5 @@
 """Hugging Face style: the batch is passed by keyword (``model(**batch)``), a block takes its
-attention bias by keyword, and the model returns a dict. Fully seeded, Adam.
+attention bias by keyword, and the model returns a dict. Fully seeded (python, numpy, torch), Adam.
 
     python tests/example_scripts/keyword_inputs.py [--steps 4] [--out PATH]
         [--flip-batch STEP] [--shift-bias STEP]
@@ -12,7 +12,9 @@ forward code builds at that step, before it passes the bias to the block by keyw
 from __future__ import annotations
 
 import argparse
+import random
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -68,6 +70,8 @@ def main() -> None:
     p.add_argument("--flip-batch", type=int, default=-1)
     p.add_argument("--shift-bias", type=int, default=-1)
     args = p.parse_args()
+    random.seed(0)
+    np.random.seed(0)
     torch.manual_seed(0)
     model = Model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
