@@ -43,7 +43,11 @@ def job(steps: int, out: Path | None) -> float:
         shutil.rmtree(out, ignore_errors=True)
         command = [sys.executable, "-m", "divergence", "record", "-o", str(out), "--", *command]
     start = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode:  # say why: torchrun's rendezvous can fail on a busy machine
+        raise SystemExit(
+            f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}"
+        )
     return time.perf_counter() - start
 
 
