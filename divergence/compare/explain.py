@@ -102,8 +102,9 @@ def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np
     caller's own code: no recorded module returned it. Say which caller, after what."""
     records, name = run.records, divergence.location
     call_start = row  # the call's earlier inputs (a keyword after a matching positional)
+    first_of_step = int(same_step[0]) if same_step.size else row  # a step's rows are contiguous
     while (
-        call_start - 1 in same_step
+        call_start > first_of_step
         and records["name"][call_start - 1] == records["name"][row]
         and records["kind"][call_start - 1] == Kind.INPUT
     ):
@@ -125,19 +126,14 @@ def _caller(run: RunFile, name: str, before: np.ndarray) -> str:
     if parent or "#" in name:
         return parent
     records = run.records
-    models = [
-        int(i)
-        for i in before
-        if records["kind"][i] == Kind.BATCH and run.strings[records["name"][i]] != "dataloader"
-    ]
+    batches = before[records["kind"][before] == Kind.BATCH]
+    models = [int(i) for i in batches if run.strings[records["name"][i]] != "dataloader"]
     if not models:
         return ""
     model = records["name"][models[-1]]
-    returned = any(
-        records["kind"][i] == Kind.OUTPUT and records["name"][i] == model
-        for i in before[before > models[-1]]
-    )
-    return "" if returned else run.strings[model]
+    since = before[before > models[-1]]
+    returned = (records["kind"][since] == Kind.OUTPUT) & (records["name"][since] == model)
+    return "" if returned.any() else run.strings[model]
 
 
 def parent_module(name: str) -> str:

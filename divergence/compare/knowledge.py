@@ -17,7 +17,7 @@ True
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cache
@@ -25,6 +25,18 @@ from pathlib import Path
 from typing import Any
 
 KNOWLEDGE_FILE = Path(__file__).with_name("knowledge.toml")
+# the conditions a TOML entry gives as lists
+LIST_FIELDS = (
+    "reasons",
+    "kinds",
+    "names",
+    "phases",
+    "env",
+    "ops",
+    "devices",
+    "frameworks",
+    "str_hashes",
+)
 COMPUTE_KINDS = (
     "output",
     "input",
@@ -91,9 +103,8 @@ def matching_hints(
 ) -> list[str]:
     """The summaries of the ``[[hint]]`` entries whose conditions hold: second suspects that
     follow whichever cause is reported."""
-    return [
-        h.summary for h in hints() if h.applies(reason, kind, name, phase, differing_env, facts)
-    ]
+    applying = _applying(hints(), reason, kind, name, differing_env, phase, facts)
+    return [hint.summary for hint in applying]
 
 
 def _holds(globs: tuple[str, ...], value: str) -> bool:
@@ -124,8 +135,7 @@ def labels() -> dict[str, str]:
 
 def _cause(entry: dict[str, object]) -> Cause:
     fields = dict(entry)
-    lists = ("reasons", "kinds", "names", "phases", "env", "ops", "devices", "frameworks")
-    for key in (*lists, "str_hashes"):
+    for key in LIST_FIELDS:
         if key in fields:
             values = [str(v) for v in fields[key]]  # type: ignore[attr-defined]
             if "@compute" in values:
@@ -144,6 +154,16 @@ def match_cause(
 ) -> Cause | None:
     """The first known cause whose conditions hold, or None (nothing known: say so).
     ``facts``: ``op``, ``device``, ``framework`` of the divergence, for op-level causes."""
-    return next(
-        (c for c in causes() if c.applies(reason, kind, name, phase, differing_env, facts)), None
-    )
+    return next(_applying(causes(), reason, kind, name, differing_env, phase, facts), None)
+
+
+def _applying(
+    entries: tuple[Cause, ...],
+    reason: str,
+    kind: str,
+    name: str,
+    differing_env: Sequence[str],
+    phase: str,
+    facts: Mapping[str, str] | None,
+) -> Iterator[Cause]:
+    return (e for e in entries if e.applies(reason, kind, name, phase, differing_env, facts))
