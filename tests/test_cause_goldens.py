@@ -64,6 +64,11 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], list[Change]]] = {
         [(1, "all_reduce/emb.weight", Kind.COLLECTIVE_OUT)],
     ),
     "structure": (CPU, CPU, STRUCTURE),
+    "recorder": (
+        {**CPU, "diverge_version": "0.1.0"},
+        {**CPU, "diverge_version": "0.2.0"},
+        STRUCTURE,
+    ),
     "seeds": (
         {**CPU, "seeds": [*SEEDED, {"call": "torch.manual_seed", "seed": "1234", "step": 0}]},
         {**CPU, "seeds": [*SEEDED, {"call": "torch.manual_seed", "seed": "5678", "step": 0}]},
@@ -113,6 +118,7 @@ EXPECTED = {
     "compute_switch": "compute",
     "communication": "communication",
     "structure": "structure",
+    "recorder": "recorder",
     "seeds": "seeds",
 }
 
@@ -140,6 +146,20 @@ def test_a_batch_under_random_str_hashes_adds_pythonhashseed_to_its_cause(
         hints = matching_hints("value", "batch", name, evidence, "data", facts=facts)
         assert len(hints) == (str_hash == "random")
     assert matching_hints("value", "output", "fc", [], "forward", {"str_hash": "random"}) == []
+
+
+def test_another_diverge_version_is_named_beside_any_divergence() -> None:
+    """A structure divergence between diverge versions is blamed on the recorder; any other
+    divergence keeps its cause and gets the version as a second suspect."""
+    versions = ["diverge_version"]
+    found = match_cause("structure", "invalid", "x", versions, "forward")
+    assert found is not None and found.cause == "recorder"
+    found = match_cause("structure", "invalid", "x", [], "forward")
+    assert found is not None and found.cause == "structure"
+    for reason in ("value", "length"):
+        hints = matching_hints(reason, "output", "fc", versions, "forward")
+        assert [h[:45] for h in hints] == ["the runs were recorded by different diverge v"]
+        assert matching_hints(reason, "output", "fc", [], "forward") == []
 
 
 def test_nothing_known_says_so() -> None:

@@ -11,9 +11,10 @@ from typing import Any
 from divergence.compare.model import EnvDifference
 from divergence.record.environment import matters
 
-# Per-process facts that differ between any two runs and say nothing about bits.
+# Per-process facts that differ between any two runs and say nothing about bits. The diverge
+# version is compared: another recorder may probe other tensors or name them differently.
 IGNORED = frozenset(
-    {"host", "pid", "cwd", "start_time", "command", "diverge_version", "record_config.output"}
+    {"host", "pid", "cwd", "start_time", "command", "record_config.output"}
     | {"env.MASTER_PORT", "env.MASTER_ADDR"}  # torchrun --standalone picks a free port per run
 )
 
