@@ -78,11 +78,17 @@ class Instrumentation:
         """``fn(*args)``, or None after stopping the recording if the recorder failed."""
         return self.guard(fn)(*args)
 
-    def guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
-        """``hook`` that, on a recorder bug, says so once and stops recording (returns None)."""
+    def guard(
+        self, hook: Callable[..., Any], unless: Callable[[], bool] | None = None
+    ) -> Callable[..., Any]:
+        """``hook`` that, on a recorder bug, says so once and stops recording (returns None).
+        With ``unless``, it does nothing while ``unless()`` holds (one wrapper, not two: module
+        hooks run on every module call)."""
 
         @functools.wraps(hook)
         def guarded(*args: Any, **kwargs: Any) -> Any:
+            if unless is not None and unless():
+                return None
             try:
                 return hook(*args, **kwargs)
             except Exception as exc:

@@ -60,6 +60,7 @@ class Session:
 
     def __init__(self, config: RecordConfig, run_dir: str | Path) -> None:
         self.config = config
+        self.dumps = config.dumps_anything  # read per record
         self._every_step = config.steps.start <= 0 and config.steps.stop is None
         self.run_dir = Path(run_dir)
         self.step = 0

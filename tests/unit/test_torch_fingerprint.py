@@ -303,6 +303,50 @@ def test_transposed_tensor_is_hashed_without_a_copy(monkeypatch: pytest.MonkeyPa
     assert seen == [base.data_ptr()]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("shape", [(3,), (2, 5), (1, 4, 1), ()])
+def test_the_fast_path_gives_the_general_value(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    """Plain contiguous CPU tensors take the fast path once their key set is known; the value
+    is the general path's."""
+    t = torch.arange(10, dtype=torch.float64).reshape(-1)[: int(np.prod(shape))]
+    t = t.to(dtype).reshape(shape)
+    general = tfp._fingerprint_host(t, "")
+    assert fingerprint_tensor(t) == general  # the first one may go the general way
+    assert tfp._fingerprint_plain_host(t) == general
+    assert fingerprint_tensor(t) == general
+
+
+def test_the_fast_path_reads_the_memory_as_it_is_now() -> None:
+    """Views are looked up by address, dtype and shape: an in-place write, another dtype over
+    the same memory and a new tensor in freed memory are all read afresh."""
+    buffer = torch.zeros(8)
+    first = fingerprint_tensor(buffer)
+    buffer[3] = -0.0
+    assert fingerprint_tensor(buffer) != first
+    assert fingerprint_tensor(buffer) == tfp._fingerprint_host(buffer, "")
+    as_ints = buffer.view(torch.int32)
+    assert fingerprint_tensor(as_ints) == tfp._fingerprint_host(as_ints, "")
+    assert fingerprint_tensor(as_ints).value != fingerprint_tensor(buffer).value
+    address, ones = buffer.data_ptr(), tfp._fingerprint_host(torch.ones(8), "")
+    del buffer, as_ints
+    for _ in range(20):  # the allocator may hand the same memory to a tensor of the same shape
+        again = torch.ones(8)
+        assert fingerprint_tensor(again) == ones
+        if again.data_ptr() == address:
+            break
+
+
+def test_keys_of_other_tensors_stay_off_the_fast_path() -> None:
+    """Conj/neg views, functorch wrappers, sparse and quantized tensors have key sets of their
+    own: they never reach the plain-memory path."""
+    z = torch.tensor([1 + 2j, 3 - 4j])
+    fingerprint_tensor(torch.ones(2))
+    keys = torch._C._dispatch_keys
+    for other in (z.conj(), z.conj().imag, torch.ones(2).to_sparse()):
+        assert keys(other).raw_repr() not in tfp._PLAIN_HOST_KEYS
+    assert fingerprint_tensor(z.conj()) == fingerprint_tensor(z.conj().resolve_conj())
+
+
 # --------------------------------------------------------------------------- special tensors
 
 

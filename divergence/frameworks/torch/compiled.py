@@ -1,12 +1,12 @@
 """``torch.compile``: a compiled region is recorded at its boundary and flagged, never changed.
 
-While dynamo traces, every recorder hook returns at once (:func:`eager_only`): a hook dynamo
-cannot trace (a hash, a weak reference) would break the graph, and another graph can compute
-other bits. So the compiled code is the user's own, and the inside of a region is not observed.
-The call into a region runs eagerly, and is recorded like a module call (its inputs, outputs and
-the gradients into them) under the compiled module's name, after a :attr:`Kind.COMPILED` record
-that says its inside is not observed. Op-level recording pops its dispatch mode while a region
-runs, so the compiled kernels run as they would unrecorded.
+While dynamo traces, every recorder hook returns at once (``TorchRecorder.eager_guard``): a
+hook dynamo cannot trace (a hash, a weak reference) would break the graph, and another graph can
+compute other bits. So the compiled code is the user's own, and the inside of a region is not
+observed. The call into a region runs eagerly, and is recorded like a module call (its inputs,
+outputs and the gradients into them) under the compiled module's name, after a
+:attr:`Kind.COMPILED` record that says its inside is not observed. Op-level recording pops its
+dispatch mode while a region runs, so the compiled kernels run as they would unrecorded.
 
 Regions are entered three ways: an ``OptimizedModule`` (``torch.compile(model)``; its own
 forward hooks fire eagerly), ``model.compile()`` and ``torch.compile(fn)`` (``torch.compile`` is
@@ -25,17 +25,6 @@ import torch
 
 OPTIMIZED_MODULE = "OptimizedModule"
 NOT_OBSERVED = "torch.compile region: the modules and ops inside it are not observed"
-
-
-def eager_only(hook: Callable[..., Any]) -> Callable[..., Any]:
-    """``hook``, except while dynamo traces: then nothing (and nothing for dynamo to trace)."""
-
-    def outside_compiled_code(*args: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return None
-        return hook(*args)
-
-    return outside_compiled_code
 
 
 def compiled_module(module: torch.nn.Module) -> torch.nn.Module | None:

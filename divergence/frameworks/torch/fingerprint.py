@@ -50,6 +50,16 @@ _memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
 _memory_view.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
 _memory_view.restype = ctypes.py_object
 PYBUF_READ = 0x100
+# The fast path for the tensors almost every record reads. A tensor's dispatch key set tells its
+# device, layout, subclass dispatch, functorch wrapping, quantization, nesting and conj/neg bits:
+# the key sets the general path found plain (dense, CPU, nothing to resolve) are remembered, and a
+# contiguous tensor with one of them is hashed with its header and memory view looked up by
+# (address, dtype, shape). A view reads whatever that memory holds now: reusing one is exact.
+_PLAIN_HOST_KEYS: set[int] = set()
+_HOST_VIEWS: dict[tuple[int, torch.dtype, torch.Size], tuple[memoryview, str, tuple[int, ...], int]]
+_HOST_VIEWS = {}
+_CACHE_LIMIT = 65536
+_new_fingerprint = tuple.__new__  # skips NamedTuple's Python-level __new__
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -66,12 +76,18 @@ def _signed(value: int) -> int:
 
 def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
     """Fingerprint any tensor; kinds it cannot read come back skipped with the reason."""
+    if _dispatch_keys(t).raw_repr() in _PLAIN_HOST_KEYS and t.is_contiguous():
+        fast = _fingerprint_plain_host(t)
+        if fast is not None:
+            return fast
     if type(t) not in PLAIN_TYPES and _dispatch_keys(t).has(_PYTHON_KEY) and not t.is_nested:
         return Fingerprint.skip(dtype_name(t.dtype), tuple(t.shape), subclass_reason(t))
     if _functorch.is_functorch_wrapped_tensor(t):  # inside vmap, grad, functionalize
         return _fingerprint_functorch(t)
     if t.is_cpu and t.layout == torch.strided and not t.is_quantized and not t.is_nested:
-        return _fingerprint_host(t, "")  # the hot path: plain CPU tensors
+        if not (t.is_conj() or t.is_neg()) and len(_PLAIN_HOST_KEYS) < 64:
+            _PLAIN_HOST_KEYS.add(_dispatch_keys(t).raw_repr())
+        return _fingerprint_host(t, "")
     name = dtype_name(t.dtype)
     if t.is_nested:  # its sizes are ragged (or symbolic): no plain shape to record
         return Fingerprint.skip(name, (), "nested tensor: not fingerprinted")
@@ -159,6 +175,30 @@ def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprin
     memory = _memory_view(address, size, PYBUF_READ) if size else b""
     seed = header_seed(name, shape, strides, extra) if extra else _seed(name, shape, strides)
     return Fingerprint(fingerprint_buffer(memory, seed), name, shape, XXH3_64)
+
+
+def _fingerprint_plain_host(t: torch.Tensor) -> Fingerprint | None:
+    """:func:`_fingerprint_host` for a contiguous tensor whose key set is plain (same value);
+    None for what the general path handles (empty, no storage).
+
+    >>> t = torch.arange(6.0).reshape(2, 3)
+    >>> _fingerprint_plain_host(t) == _fingerprint_host(t, "")
+    True
+    """
+    key = (t.data_ptr(), t.dtype, t.shape)
+    known = _HOST_VIEWS.get(key)
+    if known is None:
+        size = t.nbytes
+        if not size or not key[0]:
+            return None
+        if len(_HOST_VIEWS) > _CACHE_LIMIT:
+            _HOST_VIEWS.clear()
+        name, shape = dtype_name(t.dtype), tuple(t.shape)
+        view = _memory_view(key[0], size, PYBUF_READ)
+        known = _HOST_VIEWS[key] = (view, name, shape, _seed(name, shape, None))
+    view, name, shape, seed = known
+    value = fingerprint_buffer(view, seed)
+    return _new_fingerprint(Fingerprint, (value, name, shape, XXH3_64, ""))
 
 
 def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor | None:

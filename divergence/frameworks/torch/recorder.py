@@ -36,7 +36,6 @@ from divergence.frameworks.torch import distributed
 from divergence.frameworks.torch.compiled import (
     NOT_OBSERVED,
     compiled_module,
-    eager_only,
     function_name,
     wrap_compile,
 )
@@ -72,8 +71,12 @@ def tensors_of(value: object) -> list[torch.Tensor]:
     """
     if isinstance(value, torch.Tensor):
         return [value]
-    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
-        return list(value)
+    if isinstance(value, (tuple, list)):
+        for item in value:  # (a loop: a generator in all() costs more than the records)
+            if not isinstance(item, torch.Tensor):
+                break
+        else:
+            return list(value)
     return [t for leaf in pytree.tree_leaves(value) for t in _leaf_tensors(leaf, 0)]
 
 
@@ -96,6 +99,7 @@ class TorchRecorder(Instrumentation):
             weakref.WeakKeyDictionary()
         )
         self.param_names: dict[int, str] = {}
+        self.state_labels: dict[tuple[str, object], str] = {}
         self.roots: list[weakref.ref[torch.nn.Module]] = []
         # roots holding a lazy module's parameters still uninitialised (with their name prefix)
         self.lazy_roots: list[tuple[weakref.ref[torch.nn.Module], str]] = []
@@ -112,11 +116,9 @@ class TorchRecorder(Instrumentation):
     def install(self) -> Callable[[], None]:
         s = self.session
         for handle in (
-            register_module_forward_pre_hook(eager_only(self.guard(self.before_forward))),
-            register_module_forward_hook(
-                eager_only(self.guard(self.after_forward)), always_call=True
-            ),
-            register_optimizer_step_post_hook(eager_only(self.guard(self.after_optimizer_step))),
+            register_module_forward_pre_hook(self.eager_guard(self.before_forward)),
+            register_module_forward_hook(self.eager_guard(self.after_forward), always_call=True),
+            register_optimizer_step_post_hook(self.eager_guard(self.after_optimizer_step)),
         ):
             self.undo.append(handle.remove)
         self.patch(
@@ -135,6 +137,10 @@ class TorchRecorder(Instrumentation):
         )
         self.undo.append(distributed.install(s))  # collectives, DDP buckets, rank metadata
         return self.remove
+
+    def eager_guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """:meth:`guard` that does nothing while dynamo traces (see ``compiled.py``)."""
+        return self.guard(hook, unless=torch.compiler.is_compiling)
 
     # --- naming ---------------------------------------------------------------------------
     def _name_of(self, module: torch.nn.Module) -> str:
@@ -171,7 +177,7 @@ class TorchRecorder(Instrumentation):
                 self.param_names[id(param)] = prefix + path
                 self.undo.append(
                     param.register_post_accumulate_grad_hook(
-                        eager_only(self.guard(self.after_grad_accumulated))
+                        self.eager_guard(self.after_grad_accumulated)
                     ).remove
                 )
                 fresh.append((prefix + path, param))
@@ -207,7 +213,7 @@ class TorchRecorder(Instrumentation):
         cached: bool = True,
     ) -> None:
         s = self.session
-        dump = to_host(t) if s.wants_dump(name) else None
+        dump = to_host(t) if s.dumps and s.wants_dump(name) else None
         s.add(phase, kind, name, self.cache.get(t, cached), slot, dump=dump)
 
     def _add_all(
@@ -322,22 +328,32 @@ class TorchRecorder(Instrumentation):
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
         if s.begin_optimizer_event():
+            state = optimizer.state
             for g, group in enumerate(optimizer.param_groups):
                 for i, param in enumerate(group["params"]):
-                    name = self._param_name(param, optimizer, f"group{g}.param{i}")
+                    name = self.param_names.get(id(param)) or self._param_name(
+                        param, optimizer, f"group{g}.param{i}"
+                    )
                     if not s.wants(name):
                         continue
                     # Past the cache: an optimizer writing through ``param.data`` changes the
                     # values without bumping the parameter's version counter.
                     self._add(Phase.OPTIMIZER, Kind.PARAM, name, param, cached=False)
-                    for key, value in sorted(optimizer.state.get(param, {}).items(), key=_by_key):
+                    for key, value in sorted(state.get(param, {}).items(), key=_by_key):
                         if isinstance(value, torch.Tensor):
-                            label = f"{name}/{key}"
+                            label = self._state_label(name, key)
                             self._add(Phase.OPTIMIZER, Kind.OPTIM_STATE, label, value, cached=False)
             if not self.stepped_this_step:
                 self._add_buffers()
         self.stepped_this_step.add(id(optimizer))
         s.optimizer_stepped()
+
+    def _state_label(self, name: str, key: object) -> str:
+        """``fc.weight/momentum_buffer`` (built once: read for every state tensor every step)."""
+        label = self.state_labels.get((name, key))
+        if label is None:
+            label = self.state_labels[(name, key)] = f"{name}/{key}"
+        return label
 
     def _add_buffers(self) -> None:
         for ref in self.roots:
