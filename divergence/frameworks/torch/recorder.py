@@ -90,6 +90,9 @@ def _leaf_tensors(leaf: object, depth: int) -> list[torch.Tensor]:
     return []
 
 
+LazyRoot = tuple["weakref.ref[torch.nn.Module]", str, list["weakref.ref[torch.Tensor]"]]
+
+
 class TorchRecorder(Instrumentation):
     """Owns every hook and patch; :meth:`remove` undoes them in reverse order."""
 
@@ -101,8 +104,9 @@ class TorchRecorder(Instrumentation):
         self.param_names: dict[int, str] = {}
         self.state_labels: dict[tuple[str, object], str] = {}
         self.roots: list[weakref.ref[torch.nn.Module]] = []
-        # roots holding a lazy module's parameters still uninitialised (with their name prefix)
-        self.lazy_roots: list[tuple[weakref.ref[torch.nn.Module], str]] = []
+        # roots holding a lazy module's parameters still uninitialised: (root, name prefix, the
+        # uninitialised parameters, which materialise in place)
+        self.lazy_roots: list[LazyRoot] = []
         self.stack: list[str] = []
         self.cache = FingerprintCache()
         self.stepped_this_step: set[int] = set()
@@ -161,18 +165,22 @@ class TorchRecorder(Instrumentation):
         for path, module in root.named_modules():
             if module not in self.module_names:
                 self.module_names[module] = prefix + path if path else (prefix.rstrip(".") or label)
-        if self._adopt_parameters(root, prefix):
-            self.lazy_roots.append((weakref.ref(root), prefix))
+        lazy = self._adopt_parameters(root, prefix)
+        if lazy:
+            self.lazy_roots.append((weakref.ref(root), prefix, lazy))
         return self.module_names[root]
 
-    def _adopt_parameters(self, root: torch.nn.Module, prefix: str) -> bool:
+    def _adopt_parameters(
+        self, root: torch.nn.Module, prefix: str
+    ) -> list[weakref.ref[torch.Tensor]]:
         """Name the root's new parameters, hook their gradients and record their initial
-        values. Returns whether some are still uninitialised: a lazy module's, which its
-        first forward creates (they are adopted when the root's call returns)."""
-        fresh, lazy = [], False
+        values. Returns those still uninitialised: a lazy module's, which its first forward
+        materialises (they are adopted when the root's call returns)."""
+        fresh: list[tuple[str, torch.Tensor]] = []
+        lazy: list[weakref.ref[torch.Tensor]] = []
         for path, param in root.named_parameters():
             if is_lazy(param):
-                lazy = True
+                lazy.append(weakref.ref(param))
             elif id(param) not in self.param_names:
                 self.param_names[id(param)] = prefix + path
                 self.undo.append(
@@ -182,18 +190,26 @@ class TorchRecorder(Instrumentation):
                 )
                 fresh.append((prefix + path, param))
         if self.session.begin_event():
-            for name, param in fresh:
+            for name, initial in fresh:
                 if self.session.wants(name):
-                    self._add(Phase.INIT, Kind.PARAM, name, param)
+                    self._add(Phase.INIT, Kind.PARAM, name, initial)
         return lazy
 
     def _adopt_materialised(self) -> None:
-        """After a root call: adopt the lazy parameters its forward has initialised."""
-        still_lazy = []
-        for ref, prefix in self.lazy_roots:
+        """After a root call: adopt the lazy parameters its forward has initialised. The root
+        is walked again only once one of them has changed (a lazy module never called costs a
+        look at its own parameters, not a walk of the model per call)."""
+        still_lazy: list[LazyRoot] = []
+        for ref, prefix, params in self.lazy_roots:
             root = ref()
-            if root is not None and self._adopt_parameters(root, prefix):
-                still_lazy.append((ref, prefix))
+            if root is None:
+                continue
+            if all((p := param()) is not None and is_lazy(p) for param in params):
+                still_lazy.append((ref, prefix, params))
+                continue
+            lazy = self._adopt_parameters(root, prefix)
+            if lazy:
+                still_lazy.append((ref, prefix, lazy))
         self.lazy_roots = still_lazy
 
     def _param_name(self, param: torch.Tensor, optimizer: torch.optim.Optimizer, index: str) -> str:
