@@ -28,6 +28,39 @@ class Branchy(nn.Module):
         return self.extra(y) if extra else y
 
 
+class Replacing(nn.Module):
+    """A custom lazy layer that replaces its placeholder (kept elsewhere) with a new Parameter
+    instead of materialising it in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight: nn.Parameter = nn.UninitializedParameter()
+        self.placeholders = [self.weight]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.weight, nn.UninitializedParameter):
+            self.weight = nn.Parameter(torch.ones(3, x.shape[-1]))
+        return x @ self.weight.t()
+
+
+def test_a_lazy_parameter_replaced_by_a_new_one_is_adopted(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(4, 4), Replacing())
+    x = torch.randn(2, 4)
+    with divergence.Recorder(tmp_path / "run") as recorder:
+        model(x)  # the dry run that creates the weight
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+    assert recorder.session is not None and not recorder.session.failure
+    (file,) = (tmp_path / "run").glob("*.h5")
+    run = RunFile.open(file)
+    params = {run.strings[i] for i in run.records["name"][run.records["kind"] == Kind.PARAM]}
+    grads = {run.strings[i] for i in run.records["name"][run.records["kind"] == Kind.PARAM_GRAD]}
+    assert params == grads == {"0.weight", "0.bias", "1.weight"}
+
+
 def test_a_lazy_branch_is_adopted_when_first_used_and_not_walked_before(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = Branchy()

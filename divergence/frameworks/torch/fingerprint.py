@@ -58,7 +58,7 @@ PYBUF_READ = 0x100
 _PLAIN_HOST_KEYS: set[int] = set()
 _HOST_VIEWS: dict[tuple[int, torch.dtype, torch.Size], tuple[memoryview, str, tuple[int, ...], int]]
 _HOST_VIEWS = {}
-_CACHE_LIMIT = 65536
+_VIEWS_LIMIT = 8192  # about 5 MiB of views and keys; cleared when full
 _new_fingerprint = tuple.__new__  # skips NamedTuple's Python-level __new__
 
 
@@ -191,7 +191,7 @@ def _fingerprint_plain_host(t: torch.Tensor) -> Fingerprint | None:
         size = t.nbytes
         if not size or not key[0]:
             return None
-        if len(_HOST_VIEWS) > _CACHE_LIMIT:
+        if len(_HOST_VIEWS) > _VIEWS_LIMIT:
             _HOST_VIEWS.clear()
         name, shape = dtype_name(t.dtype), tuple(t.shape)
         view = _memory_view(key[0], size, PYBUF_READ)

@@ -90,7 +90,9 @@ def _leaf_tensors(leaf: object, depth: int) -> list[torch.Tensor]:
     return []
 
 
-LazyRoot = tuple["weakref.ref[torch.nn.Module]", str, list["weakref.ref[torch.Tensor]"]]
+# An uninitialised parameter where it was found: (its module, its key there, the parameter)
+LazySlot = tuple["weakref.ref[torch.nn.Module]", str, "weakref.ref[torch.Tensor]"]
+LazyRoot = tuple["weakref.ref[torch.nn.Module]", str, list[LazySlot]]
 
 
 class TorchRecorder(Instrumentation):
@@ -170,17 +172,17 @@ class TorchRecorder(Instrumentation):
             self.lazy_roots.append((weakref.ref(root), prefix, lazy))
         return self.module_names[root]
 
-    def _adopt_parameters(
-        self, root: torch.nn.Module, prefix: str
-    ) -> list[weakref.ref[torch.Tensor]]:
+    def _adopt_parameters(self, root: torch.nn.Module, prefix: str) -> list[LazySlot]:
         """Name the root's new parameters, hook their gradients and record their initial
         values. Returns those still uninitialised: a lazy module's, which its first forward
-        materialises (they are adopted when the root's call returns)."""
+        materialises or replaces (they are adopted when the root's call returns)."""
         fresh: list[tuple[str, torch.Tensor]] = []
-        lazy: list[weakref.ref[torch.Tensor]] = []
+        lazy: list[LazySlot] = []
         for path, param in root.named_parameters():
             if is_lazy(param):
-                lazy.append(weakref.ref(param))
+                owner, _, key = path.rpartition(".")
+                module = root.get_submodule(owner)
+                lazy.append((weakref.ref(module), key, weakref.ref(param)))
             elif id(param) not in self.param_names:
                 self.param_names[id(param)] = prefix + path
                 self.undo.append(
@@ -197,15 +199,16 @@ class TorchRecorder(Instrumentation):
 
     def _adopt_materialised(self) -> None:
         """After a root call: adopt the lazy parameters its forward has initialised. The root
-        is walked again only once one of them has changed (a lazy module never called costs a
-        look at its own parameters, not a walk of the model per call)."""
+        is walked again only once one of them has changed: materialised in place, or replaced
+        in its module (a lazy module never called costs a look at its own parameters, not a
+        walk of the model per call)."""
         still_lazy: list[LazyRoot] = []
-        for ref, prefix, params in self.lazy_roots:
+        for ref, prefix, slots in self.lazy_roots:
             root = ref()
             if root is None:
                 continue
-            if all((p := param()) is not None and is_lazy(p) for param in params):
-                still_lazy.append((ref, prefix, params))
+            if all(_still_lazy(slot) for slot in slots):
+                still_lazy.append((ref, prefix, slots))
                 continue
             lazy = self._adopt_parameters(root, prefix)
             if lazy:
@@ -453,6 +456,14 @@ class _GradOfOutput:
             self.recorder.grad_of_output(self.name, self.slot, grad)
         except Exception as exc:
             self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
+
+
+def _still_lazy(slot: LazySlot) -> bool:
+    """Whether a lazy parameter is still in its module, uninitialised."""
+    module, key, param = slot[0](), slot[1], slot[2]()
+    if module is None or param is None or not is_lazy(param):
+        return False
+    return module._parameters.get(key) is param
 
 
 def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
