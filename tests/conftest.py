@@ -47,8 +47,12 @@ def assert_repeats_and_keeps_its_bits(runs: list[Path], recorded: Path, plain: P
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
     ours, theirs = torch.load(recorded), torch.load(plain)
     assert ours.keys() == theirs.keys()
+
+    def bits(t: torch.Tensor) -> torch.Tensor:  # (channels-last weights are not contiguous)
+        return t.contiguous().reshape(-1).view(torch.uint8)
+
     for key in theirs:
-        assert torch.equal(ours[key].view(torch.uint8), theirs[key].view(torch.uint8)), key
+        assert torch.equal(bits(ours[key]), bits(theirs[key])), key
 
 
 Recorder = Callable[..., Path]

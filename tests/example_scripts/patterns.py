@@ -7,7 +7,15 @@
 * ``ema``: an exponential moving average copy (``copy.deepcopy``) evaluated each step;
 * ``autocast``: CPU bfloat16 autocast;
 * ``penalty``: a gradient penalty through ``torch.autograd.grad(create_graph=True)``;
-* ``functional``: ``torch.func.functional_call``.
+* ``functional``: ``torch.func.functional_call``;
+* ``packed``: an LSTM over a ``PackedSequence`` (a namedtuple output with an int64 part);
+* ``attention``: ``nn.MultiheadAttention`` (a ``None`` among its outputs);
+* ``weight_norm``: a parametrized weight (``parametrizations.weight_norm``);
+* ``scaler``: ``torch.amp.GradScaler`` on the CPU;
+* ``inference``: an evaluation under ``torch.inference_mode()`` after each step (tensors without
+  a version counter);
+* ``fused``: ``AdamW(fused=True)`` (its step counts are tensors too);
+* ``channels_last``: a conv net in channels-last memory format.
 
     python tests/example_scripts/patterns.py PATTERN [--out PATH]
 """
@@ -20,7 +28,36 @@ import copy
 import torch
 from torch import nn
 
-PATTERNS = ("lazy", "jit", "sparse", "tied", "ema", "autocast", "penalty", "functional")
+PATTERNS = (
+    *("lazy", "jit", "sparse", "tied", "ema", "autocast", "penalty", "functional"),
+    *("packed", "attention", "weight_norm", "scaler", "inference", "fused", "channels_last"),
+)
+SEQUENCES = ("packed", "attention")
+
+
+class Packed(nn.Module):
+    """Sequences of lengths 3, 2, 2, 1, 1 through an LSTM, classified by the last state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, batch_first=True)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lengths = torch.tensor([3, 2, 2, 1, 1])
+        _, (hidden, _) = self.lstm(nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True))
+        return self.head(hidden[-1])
+
+
+class Attention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attend = nn.MultiheadAttention(4, 2, batch_first=True)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.attend(x, x, x, need_weights=False)
+        return self.head(y.mean(1))
 
 
 class Bag(nn.Module):
@@ -45,6 +82,17 @@ def build(pattern: str) -> nn.Module:
         return nn.Sequential(nn.Linear(4, 8), inner, nn.Linear(8, 2))
     if pattern in ("sparse", "tied"):
         return Bag(sparse=pattern == "sparse", tied=pattern == "tied")
+    if pattern == "packed":
+        return Packed()
+    if pattern == "attention":
+        return Attention()
+    if pattern == "weight_norm":
+        weighted = nn.utils.parametrizations.weight_norm(nn.Linear(4, 8))
+        return nn.Sequential(weighted, nn.ReLU(), nn.Linear(8, 2))
+    if pattern == "channels_last":
+        convolution = (nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        model = nn.Sequential(*convolution, nn.Flatten(), nn.Linear(4, 2))
+        return model.to(memory_format=torch.channels_last)
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 
 
@@ -63,6 +111,16 @@ def loss_of(pattern: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
     return nn.functional.cross_entropy(model(x), y)
 
 
+def batch(pattern: str) -> torch.Tensor:
+    if pattern in ("sparse", "tied"):
+        return torch.randint(0, 10, (5, 3))
+    if pattern in SEQUENCES:
+        return torch.randn(5, 3, 4)
+    if pattern == "channels_last":
+        return torch.randn(5, 3, 6, 6).to(memory_format=torch.channels_last)
+    return torch.randn(5, 4)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("pattern", choices=PATTERNS)
@@ -73,15 +131,30 @@ def main() -> None:
     tokens = args.pattern in ("sparse", "tied")
     if args.pattern == "lazy":
         model(torch.zeros(1, 4))  # the usual dry run that creates the parameters
-    optimizer_type = torch.optim.SGD if args.pattern == "sparse" else torch.optim.Adam
-    optimizer = optimizer_type(model.parameters(), lr=0.01)
+    if args.pattern == "fused":
+        optimizer: torch.optim.Optimizer = torch.optim.AdamW(model.parameters(), 0.01, fused=True)
+    else:
+        optimizer_type = torch.optim.SGD if args.pattern == "sparse" else torch.optim.Adam
+        optimizer = optimizer_type(model.parameters(), lr=0.01)
     average = copy.deepcopy(model) if args.pattern == "ema" else None
+    scaler = torch.amp.GradScaler("cpu") if args.pattern == "scaler" else None
     for _ in range(3):
-        x = torch.randint(0, 10, (5, 3)) if tokens else torch.randn(5, 4)
+        x = batch(args.pattern)
         y = torch.randint(0, 10 if tokens else 2, (5,))
         optimizer.zero_grad()
-        loss_of(args.pattern, model, x, y).backward()
-        optimizer.step()
+        loss = loss_of(args.pattern, model, x, y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        if args.pattern == "inference":
+            model.eval()
+            with torch.inference_mode():
+                model(batch(args.pattern))
+            model.train()
         if average is not None:
             with torch.no_grad():
                 for mean, param in zip(average.parameters(), model.parameters(), strict=True):
