@@ -236,12 +236,28 @@ def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:
 
 def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
+    written = next((p for p in (pa, pb) if _is_parameter_write(p)), None)
+    if written is not None:  # one run wrote a parameter outside the optimizer: that is the news
+        which = "A" if written is pa else "B"
+        divergence = Divergence(
+            "structure", key, written.step, written.phase, written.kind, written.name, 0, pa, pb
+        )
+        divergence.origin_text = (
+            f"run {which} wrote `{written.name}` after its last record by other code than an "
+            f"optimizer step (seen before step {written.step}'s forward); the other run did not"
+        )
+        return divergence
     divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
     divergence.origin_text = (
         f"run A next recorded {pa.label} ({pa.phase}, step {pa.step}) where run B recorded "
         f"{pb.label} ({pb.phase}, step {pb.step}): the runs took different code paths"
     )
     return divergence
+
+
+def _is_parameter_write(probe: Probe) -> bool:
+    """A parameter recorded in the forward phase: written outside the optimizer (FORMAT.md)."""
+    return probe.kind == Kind.PARAM.label and probe.phase == Phase.FORWARD.label
 
 
 def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:

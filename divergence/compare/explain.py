@@ -47,6 +47,13 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
         module = name.rsplit(".", 1)[0] if "." in name else name
         divergence.origin = _has(run, same_step, Kind.GRAD_OUTPUT, module) or None
         divergence.origin_text = f"in the backward of {_code(module)} (gradient of {_code(name)})"
+    elif kind == Kind.PARAM and divergence.phase == Phase.FORWARD.label:
+        divergence.origin = True
+        divergence.origin_text = (
+            f"in the training code after {_code(name)}'s last record and before step {step}'s "
+            "forward: other code than an optimizer step wrote the parameter (its earlier "
+            "records matched)"
+        )
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True
         divergence.origin_text = (

@@ -53,7 +53,12 @@ def test_a_pattern_repeats_identically_and_keeps_its_bits(tmp_path: Path, patter
         assert sorted(names_of(run, Kind.PARAM, Phase.INIT)) == params
         assert sorted(set(names_of(run, Kind.PARAM_GRAD))) == params
         assert len(names_of(run, Kind.PARAM_GRAD)) == 3 * len(params)
-    if pattern == "ema":  # the average is a second root of its own
+    if pattern == "ema":  # the average is a second root of its own, its weights written in place
         assert names_of(run, Kind.OUTPUT).count("Sequential#1") == 3
+        written = names_of(run, Kind.PARAM, Phase.FORWARD)
+        assert sorted(set(written)) == [
+            f"Sequential#1.{p}" for p in ("0.bias", "0.weight", "2.bias", "2.weight")
+        ]
+        assert len(written) == 2 * 4  # (its first call adopts it: the first update is its init)
     if pattern == "tied":  # one parameter, one name
         assert np.unique(names_of(run, Kind.PARAM, Phase.INIT)).tolist() == ["embed.weight"]

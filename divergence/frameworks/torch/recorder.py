@@ -92,6 +92,7 @@ def _leaf_tensors(leaf: object, depth: int) -> list[torch.Tensor]:
 
 # An uninitialised parameter where it was found: (its module, its key there, the parameter)
 LazySlot = tuple["weakref.ref[torch.nn.Module]", str, "weakref.ref[torch.Tensor]"]
+Watched = tuple["weakref.ref[torch.Tensor]", str]  # a root's parameter and its name
 LazyRoot = tuple["weakref.ref[torch.nn.Module]", str, list[LazySlot]]
 
 
@@ -105,6 +106,12 @@ class TorchRecorder(Instrumentation):
         )
         self.param_names: dict[int, str] = {}
         self.state_labels: dict[tuple[str, object], str] = {}
+        # each root's parameters, and every parameter's version counter when last recorded (or
+        # stepped): a write by other code than an optimizer step moves it
+        self.watched: weakref.WeakKeyDictionary[torch.nn.Module, list[Watched]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.param_versions: dict[int, int] = {}
         self.roots: list[weakref.ref[torch.nn.Module]] = []
         # roots holding a lazy module's parameters still uninitialised: (root, name prefix, the
         # uninitialised parameters, which materialise in place)
@@ -191,6 +198,10 @@ class TorchRecorder(Instrumentation):
                     ).remove
                 )
                 fresh.append((prefix + path, param))
+        watched = self.watched.setdefault(root, [])
+        for name, adopted in fresh:
+            watched.append((weakref.ref(adopted), name))
+            self.param_versions[id(adopted)] = _version_of(adopted)
         if self.session.begin_event():
             for name, initial in fresh:
                 if self.session.wants(name):
@@ -276,10 +287,27 @@ class TorchRecorder(Instrumentation):
         is_model = root and next(module.parameters(), None) is not None
         if is_model:
             s.root_forward()
+            self._add_written_parameters(module)
         if not s.begin_event() or not s.wants(name):
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (phase, Kind.INPUT)
         self._add_all(phase, kind, name, _call_tensors(args, kwargs))
+
+    def _add_written_parameters(self, root: torch.nn.Module) -> None:
+        """The root's parameters written since they were last recorded by other code than an
+        optimizer step (clipping, ``p.copy_()``, ``load_state_dict``, an EMA update), recorded
+        before the forward that reads them so that compare names the write instead of a module.
+        Found by version counter: a write through ``p.data`` does not move it and is not seen."""
+        recording = self.session.begin_event()
+        for ref, name in self.watched.get(root, ()):
+            param = ref()
+            if param is None:
+                continue
+            version = _version_of(param)
+            if version != self.param_versions.get(id(param)):
+                self.param_versions[id(param)] = version
+                if recording and self.session.wants(name):
+                    self._add(Phase.FORWARD, Kind.PARAM, name, param, cached=False)
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if compiled_module(module) is not None:
@@ -346,6 +374,10 @@ class TorchRecorder(Instrumentation):
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
+        versions = self.param_versions
+        for group in optimizer.param_groups:  # (also outside --steps: a step is not a write)
+            for param in group["params"]:
+                versions[id(param)] = _version_of(param)
         if s.begin_optimizer_event():
             state = optimizer.state
             for g, group in enumerate(optimizer.param_groups):
@@ -456,6 +488,13 @@ class _GradOfOutput:
             self.recorder.grad_of_output(self.name, self.slot, grad)
         except Exception as exc:
             self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
+
+
+def _version_of(t: torch.Tensor) -> int:
+    try:
+        return int(t._version)
+    except RuntimeError:  # an inference tensor has no version counter
+        return -1
 
 
 def _still_lazy(slot: LazySlot) -> bool:
