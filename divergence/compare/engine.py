@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from divergence.compare.explain import explain_origin
+from divergence.compare.explain import WRITE_PHASES, explain_origin, written_when
 from divergence.compare.model import Comparison, Divergence, Probe, ProcessComparison, Propagation
 from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
@@ -244,7 +244,8 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
         )
         divergence.origin_text = (
             f"run {which} wrote `{written.name}` after its last record by other code than an "
-            f"optimizer step (seen before step {written.step}'s forward); the other run did not"
+            f"optimizer step (seen {written_when(written.phase, written.step)}); the other run "
+            "did not"
         )
         return divergence
     divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
@@ -256,8 +257,9 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
 
 
 def _is_parameter_write(probe: Probe) -> bool:
-    """A parameter recorded in the forward phase: written outside the optimizer (FORMAT.md)."""
-    return probe.kind == Kind.PARAM.label and probe.phase == Phase.FORWARD.label
+    """A parameter recorded in the forward or backward phase: written outside the optimizer
+    (FORMAT.md)."""
+    return probe.kind == Kind.PARAM.label and probe.phase in WRITE_PHASES
 
 
 def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:

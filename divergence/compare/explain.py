@@ -47,12 +47,12 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
         module = name.rsplit(".", 1)[0] if "." in name else name
         divergence.origin = _has(run, same_step, Kind.GRAD_OUTPUT, module) or None
         divergence.origin_text = f"in the backward of {_code(module)} (gradient of {_code(name)})"
-    elif kind == Kind.PARAM and divergence.phase == Phase.FORWARD.label:
+    elif kind == Kind.PARAM and divergence.phase in WRITE_PHASES:
         divergence.origin = True
         divergence.origin_text = (
-            f"in the training code after {_code(name)}'s last record and before step {step}'s "
-            "forward: other code than an optimizer step wrote the parameter (its earlier "
-            "records matched)"
+            f"in the training code after {_code(name)}'s last record and "
+            f"{written_when(divergence.phase, step)}: other code than an optimizer step wrote "
+            "the parameter (every record before it matched)"
         )
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True
@@ -278,6 +278,22 @@ def _compiled_region_before(run: RunFile, row: int) -> str | None:
     if regions.size and (not outputs.size or regions[-1] > outputs[-1]):
         return run.strings[run.records["name"][regions[-1]]]
     return None
+
+
+# A parameter recorded in these phases was written outside an optimizer step: seen at a model's
+# call (forward) or right before an optimizer step (backward).
+WRITE_PHASES = (Phase.FORWARD.label, Phase.BACKWARD.label)
+
+
+def written_when(phase: str, step: int) -> str:
+    """When a parameter write was seen.
+
+    >>> written_when("backward", 3)
+    "before step 3's optimizer.step()"
+    """
+    if phase == Phase.BACKWARD.label:
+        return f"before step {step}'s optimizer.step()"
+    return f"before step {step}'s forward"
 
 
 def _origin_outside(kind: Kind, name: str, step: int) -> str:

@@ -58,6 +58,36 @@ def test_written_parameters_are_recorded_once_and_keep_the_bits(tmp_path: Path) 
     assert (names, records["step"][written].tolist()) == (["0.weight"], [3])
 
 
+def test_a_write_before_the_optimizer_step_is_named_not_the_update(tmp_path: Path) -> None:
+    a = record(tmp_path / "a", "--clip", "0.3", "--before-step")
+    b = record(tmp_path / "b", "--clip", "0.29", "--before-step")
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    where = (first["reason"], first["step"], first["phase"], first["kind"], first["location"])
+    assert (code, where) == (1, ("value", 2, "backward", "param", "0.weight"))
+    assert (first["origin"], first["cause"]) == (True, "parameters")
+    assert "before step 2's optimizer.step()" in first["origin_text"]
+
+
+def test_a_layer_called_alone_first_is_still_watched(tmp_path: Path) -> None:
+    """A dummy call that sizes the first layer makes it a root before the model is (its
+    parameters keep the names that call gave them: ``weight``, not ``0.weight``)."""
+    plain = record(tmp_path / "plain", "--size-first-layer")
+    clipped = record(tmp_path / "clipped", "--size-first-layer", "--clip", "0.3")
+    code, report = compare_json(plain, clipped)
+    first = report["first_divergence"]
+    assert (code, first["step"], first["kind"], first["location"]) == (1, 3, "param", "weight")
+    assert first["cause"] == "parameters"
+
+
+def test_lbfgs_writes_inside_its_step_are_the_optimizer_s(tmp_path: Path) -> None:
+    """LBFGS updates the weights and calls the model again inside ``step()``: not a write."""
+    (file,) = record(tmp_path / "run", "--lbfgs").glob("*.h5")
+    records = RunFile.open(file).records
+    params = records["kind"] == Kind.PARAM
+    assert set(records["phase"][params].tolist()) == {Phase.INIT, Phase.OPTIMIZER}
+
+
 def test_a_write_through_data_is_not_seen(tmp_path: Path) -> None:
     """The documented limit: ``.data`` has a version counter of its own."""
     plain = record(tmp_path / "plain")

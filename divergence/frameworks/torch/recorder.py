@@ -27,7 +27,10 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 from torch.nn.parameter import is_lazy
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader
 
@@ -92,7 +95,12 @@ def _leaf_tensors(leaf: object, depth: int) -> list[torch.Tensor]:
 
 # An uninitialised parameter where it was found: (its module, its key there, the parameter)
 LazySlot = tuple["weakref.ref[torch.nn.Module]", str, "weakref.ref[torch.Tensor]"]
-Watched = tuple["weakref.ref[torch.Tensor]", str]  # a root's parameter and its name
+# A root's parameter, where it lives: (its module, its key there, its name). Never a weak
+# reference to the parameter itself: ``torch.utils.swap_tensors`` refuses a tensor that has one.
+Slot = tuple["weakref.ref[torch.nn.Module]", str, str]
+# ... and the id of the parameter adopted there: another object in the slot is a replacement
+# (a Parameter) or a stand-in for one call (torch.func.functional_call's tensors)
+Watched = tuple["weakref.ref[torch.nn.Module]", str, str, int]
 LazyRoot = tuple["weakref.ref[torch.nn.Module]", str, list[LazySlot]]
 
 
@@ -108,10 +116,12 @@ class TorchRecorder(Instrumentation):
         self.state_labels: dict[tuple[str, object], str] = {}
         # each root's parameters, and every parameter's version counter when last recorded (or
         # stepped): a write by other code than an optimizer step moves it
-        self.watched: weakref.WeakKeyDictionary[torch.nn.Module, list[Watched]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.watched: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, str], Watched]]
+        self.watched = weakref.WeakKeyDictionary()
         self.param_versions: dict[int, int] = {}
+        self.param_prints: dict[int, object] = {}  # fingerprint value of each one's last record
+        self.stepping = 0  # optimizer steps running: LBFGS calls the model inside its own
+        self.frozen: list[Slot] = []  # parameters adopted with requires_grad=False
         self.roots: list[weakref.ref[torch.nn.Module]] = []
         # roots holding a lazy module's parameters still uninitialised: (root, name prefix, the
         # uninitialised parameters, which materialise in place)
@@ -131,6 +141,7 @@ class TorchRecorder(Instrumentation):
         for handle in (
             register_module_forward_pre_hook(self.eager_guard(self.before_forward)),
             register_module_forward_hook(self.eager_guard(self.after_forward), always_call=True),
+            register_optimizer_step_pre_hook(self.eager_guard(self.before_optimizer_step)),
             register_optimizer_step_post_hook(self.eager_guard(self.after_optimizer_step)),
         ):
             self.undo.append(handle.remove)
@@ -185,28 +196,52 @@ class TorchRecorder(Instrumentation):
         materialises or replaces (they are adopted when the root's call returns)."""
         fresh: list[tuple[str, torch.Tensor]] = []
         lazy: list[LazySlot] = []
+        watched = self.watched.setdefault(root, {})
         for path, param in root.named_parameters():
+            owner, _, key = path.rpartition(".")
+            module = root.get_submodule(owner)
             if is_lazy(param):
-                owner, _, key = path.rpartition(".")
-                module = root.get_submodule(owner)
                 lazy.append((weakref.ref(module), key, weakref.ref(param)))
-            elif id(param) not in self.param_names:
+                continue
+            if id(param) not in self.param_names:
                 self.param_names[id(param)] = prefix + path
-                self.undo.append(
-                    param.register_post_accumulate_grad_hook(
-                        self.eager_guard(self.after_grad_accumulated)
-                    ).remove
-                )
+                self.param_versions[id(param)] = _version_of(param)
+                if param.requires_grad:
+                    self._hook_gradient(param)
+                else:  # frozen (fine-tuning): hooked if it is unfrozen later
+                    self.frozen.append((weakref.ref(module), key, prefix + path))
                 fresh.append((prefix + path, param))
-        watched = self.watched.setdefault(root, [])
-        for name, adopted in fresh:
-            watched.append((weakref.ref(adopted), name))
-            self.param_versions[id(adopted)] = _version_of(adopted)
+            # every parameter the root reads, also one a submodule called alone adopted first
+            slot = (id(module), key)
+            if slot not in watched:
+                name = self.param_names[id(param)]
+                watched[slot] = (weakref.ref(module), key, name, id(param))
         if self.session.begin_event():
             for name, initial in fresh:
                 if self.session.wants(name):
-                    self._add(Phase.INIT, Kind.PARAM, name, initial)
+                    self._add_param(Phase.INIT, name, initial, cached=True)
         return lazy
+
+    def _hook_gradient(self, param: torch.Tensor) -> None:
+        hook = param.register_post_accumulate_grad_hook(
+            self.eager_guard(self.after_grad_accumulated)
+        )
+        self.undo.append(hook.remove)
+
+    def _hook_unfrozen(self) -> None:
+        """Hook the gradients of frozen parameters that were unfrozen since (gradual
+        unfreezing): torch refuses a gradient hook on a tensor that does not require one."""
+        still_frozen: list[Slot] = []
+        for slot in self.frozen:
+            module = slot[0]()
+            param = None if module is None else _parameter_in(module, slot[1])
+            if param is None:
+                continue
+            if param.requires_grad:
+                self._hook_gradient(param)
+            else:
+                still_frozen.append(slot)
+        self.frozen = still_frozen
 
     def _adopt_materialised(self) -> None:
         """After a root call: adopt the lazy parameters its forward has initialised. The root
@@ -241,10 +276,27 @@ class TorchRecorder(Instrumentation):
         t: torch.Tensor,
         slot: int = 0,
         cached: bool = True,
-    ) -> None:
+    ) -> Fingerprint:
         s = self.session
         dump = to_host(t) if s.dumps and s.wants_dump(name) else None
-        s.add(phase, kind, name, self.cache.get(t, cached), slot, dump=dump)
+        fingerprint = self.cache.get(t, cached)
+        s.add(phase, kind, name, fingerprint, slot, dump=dump)
+        return fingerprint
+
+    def _add_param(self, phase: Phase, name: str, param: torch.Tensor, cached: bool) -> None:
+        """A parameter's record; its fingerprint is kept to tell a write from a version bump."""
+        self.param_prints[id(param)] = self._add(phase, Kind.PARAM, name, param, 0, cached).value
+
+    def _add_if_written(self, phase: Phase, name: str, param: torch.Tensor) -> None:
+        """The record of a parameter whose version counter moved, unless its bits are those of
+        its last record: a write that changed nothing, or a version counter shared with other
+        parameters (views of one flat buffer). Device fingerprints are pending: recorded."""
+        fingerprint = self.cache.get(param, cached=False)
+        last = self.param_prints.get(id(param))
+        if isinstance(last, int) and fingerprint.value == last:
+            return
+        self.cache.put(param, fingerprint)
+        self._add_param(phase, name, param, cached=True)
 
     def _add_all(
         self, phase: Phase, kind: Kind, name: str, tensors: Iterable[torch.Tensor]
@@ -288,6 +340,8 @@ class TorchRecorder(Instrumentation):
         if is_model:
             s.root_forward()
             self._add_written_parameters(module)
+            if self.frozen:
+                self._hook_unfrozen()
         if not s.begin_event() or not s.wants(name):
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (phase, Kind.INPUT)
@@ -297,17 +351,45 @@ class TorchRecorder(Instrumentation):
         """The root's parameters written since they were last recorded by other code than an
         optimizer step (clipping, ``p.copy_()``, ``load_state_dict``, an EMA update), recorded
         before the forward that reads them so that compare names the write instead of a module.
-        Found by version counter: a write through ``p.data`` does not move it and is not seen."""
-        recording = self.session.begin_event()
-        for ref, name in self.watched.get(root, ()):
-            param = ref()
+        Found by version counter: a write through ``p.data`` does not move it and is not seen.
+        Not looked for inside an optimizer step (LBFGS's closure runs the model after the
+        optimizer's own writes), nor outside ``--steps``: a write made there shows at the first
+        recorded call."""
+        if self.stepping or not self.session.begin_event():
+            return
+        versions = self.param_versions
+        watched = self.watched.get(root, {})
+        for slot, (module_ref, key, name, known) in watched.items():
+            module = module_ref()
+            param = None if module is None else _parameter_in(module, key)
             if param is None:
                 continue
+            if id(param) != known:
+                if not isinstance(param, torch.nn.Parameter):
+                    continue  # a stand-in for this call (functional_call): not the parameter
+                watched[slot] = (module_ref, key, name, id(param))  # replaced: a write
             version = _version_of(param)
-            if version != self.param_versions.get(id(param)):
-                self.param_versions[id(param)] = version
-                if recording and self.session.wants(name):
-                    self._add(Phase.FORWARD, Kind.PARAM, name, param, cached=False)
+            if version != versions.get(id(param)):
+                versions[id(param)] = version
+                if self.session.wants(name):
+                    self._add_if_written(Phase.FORWARD, name, param)
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        """Parameters written between their last record and this step (a clamp or a manual
+        decay after the backward) are recorded before the update, in the backward phase."""
+        self.stepping += 1
+        if not self.session.recording:  # (not begin_event: a second optimizer's step would
+            return  # open a step of its own instead of continuing the first one's)
+        versions = self.param_versions
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                name = self.param_names.get(id(param))
+                version = _version_of(param)
+                if name is None or version == versions.get(id(param)):
+                    continue
+                versions[id(param)] = version
+                if self.session.wants(name) and self.session.begin_event():
+                    self._add_if_written(Phase.BACKWARD, name, param)
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if compiled_module(module) is not None:
@@ -374,6 +456,7 @@ class TorchRecorder(Instrumentation):
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
+        self.stepping = max(self.stepping - 1, 0)
         versions = self.param_versions
         for group in optimizer.param_groups:  # (also outside --steps: a step is not a write)
             for param in group["params"]:
@@ -389,7 +472,7 @@ class TorchRecorder(Instrumentation):
                         continue
                     # Past the cache: an optimizer writing through ``param.data`` changes the
                     # values without bumping the parameter's version counter.
-                    self._add(Phase.OPTIMIZER, Kind.PARAM, name, param, cached=False)
+                    self._add_param(Phase.OPTIMIZER, name, param, cached=False)
                     for key, value in sorted(state.get(param, {}).items(), key=_by_key):
                         if isinstance(value, torch.Tensor):
                             label = self._state_label(name, key)
@@ -502,7 +585,16 @@ def _still_lazy(slot: LazySlot) -> bool:
     module, key, param = slot[0](), slot[1], slot[2]()
     if module is None or param is None or not is_lazy(param):
         return False
-    return module._parameters.get(key) is param
+    return _parameter_in(module, key) is param
+
+
+def _parameter_in(module: torch.nn.Module, key: str) -> torch.Tensor | None:
+    """``module._parameters[key]``, or None (a scripted module's is a wrapper without
+    ``get``)."""
+    try:
+        return module._parameters[key]
+    except (KeyError, RuntimeError):
+        return None
 
 
 def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

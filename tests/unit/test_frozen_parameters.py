@@ -1,0 +1,49 @@
+"""Fine-tuning with frozen layers (real torch, in process): frozen parameters are named and
+recorded, and their gradients are recorded once they are unfrozen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import divergence
+from divergence.store.reader import RunFile
+from divergence.store.schema import Kind, Phase
+
+
+def test_a_frozen_layer_is_recorded_and_its_gradients_once_unfrozen(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    model[0].requires_grad_(False)
+    optimizer = torch.optim.SGD(model[1].parameters(), lr=0.1)
+    with divergence.Recorder(tmp_path / "run") as recorder:
+        for step in range(4):
+            if step == 2:  # gradual unfreezing
+                model[0].requires_grad_(True)
+                optimizer.add_param_group({"params": list(model[0].parameters())})
+            optimizer.zero_grad()
+            model(torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+    assert recorder.session is not None and not recorder.session.failure
+    (file,) = (tmp_path / "run").glob("*.h5")
+    run = RunFile.open(file)
+    records = run.records
+    init = (records["kind"] == Kind.PARAM) & (records["phase"] == Phase.INIT)
+    assert sorted(run.strings[i] for i in records["name"][init]) == [
+        "0.bias",
+        "0.weight",
+        "1.bias",
+        "1.weight",
+    ]
+    grads = records[records["kind"] == Kind.PARAM_GRAD]
+    steps: dict[str, list[int]] = {}
+    for row in grads:
+        steps.setdefault(run.strings[row["name"]], []).append(int(row["step"]))
+    assert steps == {
+        "1.weight": [0, 1, 2, 3],
+        "1.bias": [0, 1, 2, 3],
+        "0.weight": [2, 3],
+        "0.bias": [2, 3],
+    }
