@@ -288,9 +288,16 @@ class TorchRecorder(Instrumentation):
         self.param_prints[id(param)] = self._add(phase, Kind.PARAM, name, param, 0, cached).value
 
     def _add_if_written(self, phase: Phase, name: str, param: torch.Tensor) -> None:
-        """The record of a parameter whose version counter moved, unless its bits are those of
-        its last record: a write that changed nothing, or a version counter shared with other
-        parameters (views of one flat buffer). Device fingerprints are pending: recorded."""
+        """The record of a parameter whose version counter moved since it was last recorded
+        or stepped, unless its bits are those of its last record: a write that changed
+        nothing, or a version counter shared with other parameters (views of one flat buffer).
+        Device fingerprints are pending: recorded."""
+        version = _version_of(param)
+        if version == self.param_versions.get(id(param)):
+            return
+        self.param_versions[id(param)] = version
+        if not self.session.wants(name) or not self.session.begin_event():
+            return
         fingerprint = self.cache.get(param, cached=False)
         last = self.param_prints.get(id(param))
         if isinstance(last, int) and fingerprint.value == last:
@@ -357,7 +364,6 @@ class TorchRecorder(Instrumentation):
         recorded call."""
         if self.stepping or not self.session.begin_event():
             return
-        versions = self.param_versions
         watched = self.watched.get(root, {})
         for slot, (module_ref, key, name, known) in watched.items():
             module = module_ref()
@@ -368,11 +374,7 @@ class TorchRecorder(Instrumentation):
                 if not isinstance(param, torch.nn.Parameter):
                     continue  # a stand-in for this call (functional_call): not the parameter
                 watched[slot] = (module_ref, key, name, id(param))  # replaced: a write
-            version = _version_of(param)
-            if version != versions.get(id(param)):
-                versions[id(param)] = version
-                if self.session.wants(name):
-                    self._add_if_written(Phase.FORWARD, name, param)
+            self._add_if_written(Phase.FORWARD, name, param)
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         """Parameters written between their last record and this step (a clamp or a manual
@@ -380,15 +382,10 @@ class TorchRecorder(Instrumentation):
         self.stepping += 1
         if not self.session.recording:  # (not begin_event: a second optimizer's step would
             return  # open a step of its own instead of continuing the first one's)
-        versions = self.param_versions
         for group in optimizer.param_groups:
             for param in group["params"]:
                 name = self.param_names.get(id(param))
-                version = _version_of(param)
-                if name is None or version == versions.get(id(param)):
-                    continue
-                versions[id(param)] = version
-                if self.session.wants(name) and self.session.begin_event():
+                if name is not None:
                     self._add_if_written(Phase.BACKWARD, name, param)
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
