@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -171,3 +172,75 @@ def test_keyword_arguments_into_a_compiled_region_are_its_inputs(tmp_path: Path)
         (region, 0): "3,4",
         (region, 1): "1,4",
     }
+
+
+class GraphLog:
+    """A torch.compile backend that runs each graph as it is and keeps its operations."""
+
+    def __init__(self) -> None:
+        self.graphs: list[list[tuple[str, str]]] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+        # the placeholders' order follows which tensor dynamo saw first: sorted
+        nodes = [(node.op, str(node.target)) for node in gm.graph.nodes]
+        inputs_first = sorted(n for n in nodes if n[0] == "placeholder")
+        self.graphs.append(inputs_first + [n for n in nodes if n[0] != "placeholder"])
+        return gm.forward
+
+
+def train_with_a_compiled_step(how: str, backend: GraphLog) -> dict[str, torch.Tensor]:
+    """Adam on a small model for three steps, its step compiled: ``torch.compile(optimizer.step)``
+    ("method"), in a compiled function ("fn", as PyTorch's tutorial on compiling the optimizer
+    does), or the whole training step compiled ("train_step"). Returns the final parameters."""
+    from torch import nn
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+
+    def step() -> None:
+        optimizer.step()
+
+    def train_step(x: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        step()
+        return loss
+
+    if how == "method":
+        step = torch.compile(optimizer.step, backend=backend)
+    elif how == "fn":
+        step = torch.compile(step, backend=backend)
+    else:
+        train_step = torch.compile(train_step, backend=backend)
+    for _ in range(3):
+        train_step(torch.randn(5, 4))
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("how", ["method", "fn", "train_step"])
+def test_a_compiled_optimizer_step_is_a_step_and_the_graphs_are_unchanged(
+    tmp_path: Path, how: str
+) -> None:
+    """Inside compiled code the step hook only notes the optimizer (a side effect dynamo
+    replays); the step is recorded when the region is left. The compiled code is the user's:
+    the same graphs as unrecorded (none added by a graph break or a recompilation), the same
+    bits."""
+    import divergence
+
+    plain_graphs, recorded_graphs = GraphLog(), GraphLog()
+    plain = train_with_a_compiled_step(how, plain_graphs)
+    with divergence.Recorder(tmp_path / "run"):
+        recorded = train_with_a_compiled_step(how, recorded_graphs)
+    torch._dynamo.reset()
+    assert_same_bits(recorded, plain)
+    assert recorded_graphs.graphs == plain_graphs.graphs
+    records = records_of(tmp_path / "run", Phase.OPTIMIZER)
+    params = [(step, name) for step, kind, name in records if kind == "param"]
+    names = ("0.weight", "0.bias", "2.weight", "2.bias")
+    if how == "train_step":  # the model only runs compiled: its parameters are the optimizer's
+        names = tuple(f"Adam.group0.param{i}" for i in range(4))
+    assert params == [(step, name) for step in range(3) for name in names]
+    assert sum(kind == "optim_state" for _, kind, _ in records) == 3 * 4 * 3  # step, exp_avg(_sq)

@@ -12,6 +12,10 @@ Regions are entered three ways: an ``OptimizedModule`` (``torch.compile(model)``
 forward hooks fire eagerly), ``model.compile()`` and ``torch.compile(fn)`` (``torch.compile`` is
 wrapped so the callable it returns marks the region).
 
+An optimizer step taken inside compiled code (``torch.compile(optimizer.step)``) is noted by
+the step hook with a side effect dynamo replays, and recorded when the region is left (see
+``TorchRecorder._step_post_hook``).
+
 >>> # torch.compile(model)(x)  ->  records: model input, COMPILED "model", model output
 """
 

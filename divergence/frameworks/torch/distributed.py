@@ -188,6 +188,8 @@ class DistributedProbes(Instrumentation):
             self._add(Kind.COLLECTIVE_OUT, name, outputs)
 
     def _before_step(self, *_: Any) -> None:
+        if torch.compiler.is_compiling():  # (a lock breaks the graph: flushed when eager)
+            return
         self.guarded_call(self._flush_buckets)
         if self.waiting:
             self.guarded_call(self._flush_waiting)

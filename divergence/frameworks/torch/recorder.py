@@ -134,6 +134,9 @@ class TorchRecorder(Instrumentation):
         # called with the innermost running module's name whenever it changes (op level)
         self.module_listeners: list[Callable[[str], None]] = []
         self.compiled_depth = 0  # torch.compile regions running: nothing inside is recorded
+        # optimizers stepped inside compiled code since the last look (see _step_post_hook);
+        # never replaced by another list: compiled code appends to this one
+        self.compiled_steps: list[torch.optim.Optimizer] = []
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -142,7 +145,7 @@ class TorchRecorder(Instrumentation):
             register_module_forward_pre_hook(self.eager_guard(self.before_forward)),
             register_module_forward_hook(self.eager_guard(self.after_forward), always_call=True),
             register_optimizer_step_pre_hook(self.eager_guard(self.before_optimizer_step)),
-            register_optimizer_step_post_hook(self.eager_guard(self.after_optimizer_step)),
+            register_optimizer_step_post_hook(self._step_post_hook()),
         ):
             self.undo.append(handle.remove)
         self.patch(
@@ -165,6 +168,29 @@ class TorchRecorder(Instrumentation):
     def eager_guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
         """:meth:`guard` that does nothing while dynamo traces (see ``compiled.py``)."""
         return self.guard(hook, unless=torch.compiler.is_compiling)
+
+    def _step_post_hook(self) -> Callable[..., None]:
+        """The optimizer step post hook. Inside compiled code (``torch.compile(optimizer.step)``,
+        or a compiled function that steps) it only appends the optimizer to
+        :attr:`compiled_steps`: dynamo traces the append as a side effect it replays each time
+        the compiled code runs, and leaves the graph as it was. The step is recorded when the
+        region is left (:meth:`settle_compiled_steps`). Dynamo guards on the list being empty,
+        so it is emptied before compiled code runs again, or it would recompile."""
+        after = self.guard(self.after_optimizer_step)
+        compiled_steps = self.compiled_steps
+
+        def optimizer_step_post_hook(optimizer: torch.optim.Optimizer, *args: Any) -> None:
+            if torch.compiler.is_compiling():
+                compiled_steps.append(optimizer)
+                return
+            after(optimizer, *args)
+
+        return optimizer_step_post_hook
+
+    def settle_compiled_steps(self) -> None:
+        """Record the optimizer steps compiled code took since the last look, in order."""
+        while self.compiled_steps:
+            self.after_optimizer_step(self.compiled_steps.pop(0))
 
     # --- naming ---------------------------------------------------------------------------
     def _name_of(self, module: torch.nn.Module) -> str:
@@ -345,6 +371,8 @@ class TorchRecorder(Instrumentation):
         # batch. A parameter-free root (a loss module called after the model) just has inputs.
         is_model = root and next(module.parameters(), None) is not None
         if is_model:
+            if self.compiled_steps:  # compiled code run outside a region's wrapper
+                self.settle_compiled_steps()
             s.root_forward()
             self._add_written_parameters(module)
             if self.frozen:
@@ -440,6 +468,8 @@ class TorchRecorder(Instrumentation):
             self.guarded_call(listener, False)
         if self.stack:
             self.guarded_call(self._leave, output)
+        if self.compiled_steps:
+            self.guarded_call(self.settle_compiled_steps)
 
     def grad_of_output(self, name: str, slot: int, grad: torch.Tensor | None) -> None:
         if grad is not None and self.session.begin_event():
@@ -518,7 +548,10 @@ class TorchRecorder(Instrumentation):
 
         @functools.wraps(original)
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            recorder.guard(recorder.record_loss)(tensor)
+            # Traced by dynamo (a backward inside compiled code): straight to the graph break
+            # torch takes there, which then runs this call eagerly, loss record included.
+            if not torch.compiler.is_compiling():
+                recorder.guarded_call(recorder.record_loss, tensor)
             return original(tensor, *args, **kwargs)
 
         return backward
