@@ -33,6 +33,7 @@ from torch.optim.optimizer import (
 )
 from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader
+from torch.utils.hooks import RemovableHandle
 
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch import distributed
@@ -102,6 +103,8 @@ Slot = tuple["weakref.ref[torch.nn.Module]", str, str]
 # (a Parameter) or a stand-in for one call (torch.func.functional_call's tensors)
 Watched = tuple["weakref.ref[torch.nn.Module]", str, str, int]
 LazyRoot = tuple["weakref.ref[torch.nn.Module]", str, list[LazySlot]]
+# Where an adopted parameter was found: (its module, its key there)
+ParamSlot = tuple["weakref.ref[torch.nn.Module]", str]
 
 
 class TorchRecorder(Instrumentation):
@@ -112,7 +115,13 @@ class TorchRecorder(Instrumentation):
         self.module_names: weakref.WeakKeyDictionary[torch.nn.Module, str] = (
             weakref.WeakKeyDictionary()
         )
+        # Adopted parameters by id, and where each was found. Python reuses the id of a freed
+        # object (a model built again), so an entry stands only while its slot holds that
+        # parameter: checked at adoption, and stale entries are dropped once a root is freed.
         self.param_names: dict[int, str] = {}
+        self.param_slots: dict[int, ParamSlot] = {}
+        self.grad_hooks: dict[int, RemovableHandle] = {}
+        self.freed_roots = 0
         self.state_labels: dict[tuple[str, object], str] = {}
         # each root's parameters, and every parameter's version counter when last recorded (or
         # stepped): a write by other code than an optimizer step moves it
@@ -229,13 +238,8 @@ class TorchRecorder(Instrumentation):
             if is_lazy(param):
                 lazy.append((weakref.ref(module), key, weakref.ref(param)))
                 continue
-            if id(param) not in self.param_names:
-                self.param_names[id(param)] = prefix + path
-                self.param_versions[id(param)] = _version_of(param)
-                if param.requires_grad:
-                    self._hook_gradient(param)
-                else:  # frozen (fine-tuning): hooked if it is unfrozen later
-                    self.frozen.append((weakref.ref(module), key, prefix + path))
+            if not self._adopted(param):
+                self._adopt_parameter(param, module, key, prefix + path)
                 fresh.append((prefix + path, param))
             # every parameter the root reads, also one a submodule called alone adopted first
             slot = (id(module), key)
@@ -248,11 +252,52 @@ class TorchRecorder(Instrumentation):
                     self._add_param(Phase.INIT, name, initial, cached=True)
         return lazy
 
+    def _adopted(self, param: torch.Tensor) -> bool:
+        """Whether ``param`` itself was adopted: its id's entry was made for it (its slot
+        still holds it), not for a freed parameter whose id it now has."""
+        slot = self.param_slots.get(id(param))
+        module = None if slot is None else slot[0]()
+        return module is not None and _parameter_in(module, slot[1]) is param  # type: ignore[index]
+
+    def _adopt_parameter(
+        self, param: torch.Tensor, module: torch.nn.Module, key: str, name: str
+    ) -> None:
+        """Name a parameter found at ``module._parameters[key]`` and hook its gradient."""
+        pid = id(param)
+        self.param_names[pid] = name
+        self.param_slots[pid] = (weakref.ref(module), key)
+        self.param_versions[pid] = _version_of(param)
+        self.param_prints.pop(pid, None)
+        if not param.requires_grad:  # frozen (fine-tuning): hooked if it is unfrozen later
+            self.frozen.append((weakref.ref(module), key, name))
+        elif not self._hooked(param):
+            self._hook_gradient(param)
+
+    def _hooked(self, param: torch.Tensor) -> bool:
+        """Whether ``param`` carries our gradient hook (a parameter moved to another module
+        keeps it): the handle refers to the hook table the parameter owns."""
+        handle = self.grad_hooks.get(id(param))
+        hooks = getattr(param, "_post_accumulate_grad_hooks", None)
+        return handle is not None and hooks is not None and handle.hooks_dict_ref() is hooks
+
     def _hook_gradient(self, param: torch.Tensor) -> None:
         hook = param.register_post_accumulate_grad_hook(
             self.eager_guard(self.after_grad_accumulated)
         )
+        self.grad_hooks[id(param)] = hook
         self.undo.append(hook.remove)
+
+    def _forget_freed_parameters(self) -> None:
+        """Once a root was freed: drop the entries of parameters whose slot is gone or holds
+        another object, so that a new parameter given a freed one's id is not taken for it."""
+        for pid, (module_ref, key) in list(self.param_slots.items()):
+            module = module_ref()
+            held = None if module is None else _parameter_in(module, key)
+            if held is None or id(held) != pid:
+                for table in (self.param_slots, self.param_names, self.param_versions):
+                    table.pop(pid, None)
+                self.param_prints.pop(pid, None)
+                self.grad_hooks.pop(pid, None)
 
     def _hook_unfrozen(self) -> None:
         """Hook the gradients of frozen parameters that were unfrozen since (gradual
@@ -402,6 +447,9 @@ class TorchRecorder(Instrumentation):
                 if not isinstance(param, torch.nn.Parameter):
                     continue  # a stand-in for this call (functional_call): not the parameter
                 watched[slot] = (module_ref, key, name, id(param))  # replaced: a write
+                if not self._adopted(param):
+                    self._adopt_parameter(param, module, key, name)  # type: ignore[arg-type]
+                    del self.param_versions[id(param)]  # (never recorded: a write)
             self._add_if_written(Phase.FORWARD, name, param)
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
@@ -530,6 +578,10 @@ class TorchRecorder(Instrumentation):
     def at_step_start(self, session: Session) -> None:
         self.cache.clear()
         self.stepped_this_step.clear()
+        freed = sum(ref() is None for ref in self.roots)
+        if freed != self.freed_roots:
+            self.freed_roots = freed
+            self._forget_freed_parameters()
         for name, fingerprint in rng_fingerprints(self.host_generators):
             if session.wants(name):
                 session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)

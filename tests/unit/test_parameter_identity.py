@@ -1,0 +1,78 @@
+"""Parameters are told apart by object, not by ``id()`` alone: Python gives a new object the id
+of a freed one, so a model built again (a sweep, a restart from scratch) must not inherit the
+names, gradient hooks or last records of the model it replaces. Real torch, in process."""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import divergence
+from divergence.store.reader import RunFile
+from divergence.store.schema import Kind
+
+
+def records(run_dir: Path) -> list[tuple[int, str, str]]:
+    """(step, kind, name) of the run's param and param_grad records."""
+    (file,) = run_dir.glob("*.h5")
+    run = RunFile.open(file)
+    kinds = run.records["kind"]
+    rows = run.records[(kinds == Kind.PARAM) | (kinds == Kind.PARAM_GRAD)]
+    return [(int(r["step"]), Kind(r["kind"]).label, run.strings[r["name"]]) for r in rows]
+
+
+def train_models_one_after_another(run_dir: Path, models: int) -> list[set[int]]:
+    """Train ``models`` models of one architecture for two steps each, freeing each before the
+    next is built. Returns the ids of each model's parameters."""
+    ids: list[set[int]] = []
+    torch.manual_seed(0)
+    with divergence.Recorder(run_dir) as recorder:
+        for _ in range(models):
+            model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+            ids.append({id(p) for p in model.parameters()})
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(2):
+                optimizer.zero_grad()
+                model(torch.randn(5, 4)).pow(2).mean().backward()
+                optimizer.step()
+            del model, optimizer
+            gc.collect()
+    assert recorder.session is not None and not recorder.session.failure
+    return ids
+
+
+def test_a_model_built_again_gets_its_own_names_and_gradient_records(tmp_path: Path) -> None:
+    ids = train_models_one_after_another(tmp_path / "run", models=4)
+    assert any(a & b for i, a in enumerate(ids) for b in ids[i + 1 :]), "no id was reused"
+    counts = Counter(records(tmp_path / "run"))
+    prefixes = ["", "Sequential#1.", "Sequential#2.", "Sequential#3."]
+    expected = Counter()
+    for index, prefix in enumerate(prefixes):
+        for step in (2 * index, 2 * index + 1):
+            for name in ("0.weight", "0.bias", "2.weight", "2.bias"):
+                expected[(step, "param_grad", prefix + name)] = 1
+                expected[(step, "param", prefix + name)] = 2 if step == 2 * index else 1  # init
+    assert counts == expected
+
+
+def test_a_replaced_parameter_is_adopted_under_its_slot_name(tmp_path: Path) -> None:
+    """``model.fc.weight = nn.Parameter(...)`` (a new optimizer over it): a write at the next
+    call, then its gradient and updates under the same name."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 2))
+    with divergence.Recorder(tmp_path / "run"):
+        for step in range(3):
+            if step == 1:
+                model[0].weight = nn.Parameter(torch.zeros(2, 4))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.randn(5, 4)).pow(2).mean().backward()
+            optimizer.step()
+    got = [(step, kind) for step, kind, name in records(tmp_path / "run") if name == "0.weight"]
+    grads_and_updates = [(step, "param_grad") for step in range(3)] + [
+        (step, "param") for step in range(3)
+    ]
+    assert sorted(got) == sorted([(0, "param"), (1, "param"), *grads_and_updates])
