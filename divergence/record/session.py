@@ -93,10 +93,13 @@ class Session:
 
     @property
     def recording(self) -> bool:
-        """Whether the current step is inside ``--steps`` (and recording has not failed)."""
-        if self._every_step:  # the default: asked by every hook and op, so kept cheap
+        """Whether the current step is inside ``--steps`` (and recording has not failed).
+        In auto mode the step is not known yet: several forwards can make one step (gradient
+        accumulation, LBFGS) or a step each. Everything is recorded, and a step outside
+        ``--steps`` is dropped once it is known (:meth:`_write_step`)."""
+        if self._every_step or self.mode == "auto":  # (every hook and op asks: kept cheap)
             return not self.failure
-        return not self.failure and self.config.steps.contains(self.current_step)
+        return not self.failure and self.config.steps.contains(self.step)
 
     @property
     def current_step(self) -> int:
@@ -163,8 +166,7 @@ class Session:
         self._close_step()
 
     def _close_step(self) -> None:
-        if self._rows:
-            self._write(self.step, 0, len(self._rows))
+        self._write_step(self.step, 0, len(self._rows))
         self._rows, self._dumps = [], {}
         self._open = False
         self._forwards_in_step = 0
@@ -176,8 +178,7 @@ class Session:
         bounds = self._marks[1:] if keep_current else [*self._marks[1:], len(self._rows)]
         start = 0
         for end in bounds:
-            if end > start:  # a forward outside --steps left nothing to write
-                self._write(self.step, start, end)
+            self._write_step(self.step, start, end)
             self.step += 1
             start = end
         self._rows = self._rows[start:]
@@ -242,6 +243,12 @@ class Session:
             index = self._strings[text] = len(self._strings)
             self._new_strings.append(text)
         return index
+
+    def _write_step(self, step: int, start: int, end: int) -> None:
+        """Write buffered rows ``start:end`` as step ``step`` if there are any and the step is
+        inside ``--steps`` (rows recorded in auto mode can turn out to be outside)."""
+        if end > start and (self._every_step or self.config.steps.contains(step)):
+            self._write(step, start, end)
 
     def _write(self, step: int, start: int, end: int) -> None:
         """Write buffered rows ``start:end`` as step ``step`` (one block, one write)."""

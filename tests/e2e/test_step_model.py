@@ -14,9 +14,9 @@ from divergence.store.schema import Kind, Phase
 from tests.conftest import SCRIPTS, assert_repeats_and_keeps_its_bits, run_cli
 
 
-def recorded(tmp_path: Path, *command: str) -> RunFile:
+def recorded(tmp_path: Path, *command: str, options: tuple[str, ...] = ()) -> RunFile:
     out = tmp_path / "run"
-    result = run_cli("record", "-o", str(out), "--", sys.executable, *command)
+    result = run_cli("record", "-o", str(out), *options, "--", sys.executable, *command)
     assert result.returncode == 0, result.stderr
     (file,) = out.glob("*.h5")
     return RunFile.open(file)
@@ -35,25 +35,46 @@ def test_gradient_accumulation_keeps_micro_batches_in_one_step(tmp_path: Path) -
     assert batches_per_step(run) == [2, 2, 2]
 
 
-def test_lbfgs_closure_forwards_stay_inside_their_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("window", "accumulate", "steps", "batches"),
+    [("2:4", "3", [2, 3], [3, 3]), ("0:1", "3", [0], [3]), ("1:2", "2", [1], [2])],
+)
+def test_a_steps_window_holds_whole_steps_of_several_forwards(
+    tmp_path: Path, window: str, accumulate: str, steps: list[int], batches: list[int]
+) -> None:
+    """Before the first optimizer step the forwards are not known to be one step: they are
+    recorded, then kept or dropped as a whole step."""
+    command = ("--steps", "5", "--accumulate", accumulate)
+    run = recorded(tmp_path, str(SCRIPTS / "mlp.py"), *command, options=("--steps", window))
+    assert run.steps.tolist() == steps
+    assert batches_per_step(run) == batches
+
+
+LBFGS = (
+    "import torch\n"
+    "torch.manual_seed(0)\n"
+    "nn = torch.nn\n"
+    "model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))\n"
+    "optimizer = torch.optim.LBFGS(model.parameters(), max_iter=4)\n"
+    "x, y = torch.randn(16, 4), torch.randn(16, 1)\n"
+    "def closure():\n"
+    "    optimizer.zero_grad()\n"
+    "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+    "    loss.backward()\n"
+    "    return loss\n"
+    "for _ in range(3):\n"
+    "    optimizer.step(closure)\n"
+)
+
+
+@pytest.mark.parametrize(("window", "steps"), [((), [0, 1, 2]), (("--steps", "1:2"), [1])])
+def test_lbfgs_closure_forwards_stay_inside_their_step(
+    tmp_path: Path, window: tuple[str, ...], steps: list[int]
+) -> None:
     script = tmp_path / "lbfgs.py"
-    script.write_text(
-        "import torch\n"
-        "torch.manual_seed(0)\n"
-        "nn = torch.nn\n"
-        "model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))\n"
-        "optimizer = torch.optim.LBFGS(model.parameters(), max_iter=4)\n"
-        "x, y = torch.randn(16, 4), torch.randn(16, 1)\n"
-        "def closure():\n"
-        "    optimizer.zero_grad()\n"
-        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
-        "    loss.backward()\n"
-        "    return loss\n"
-        "for _ in range(3):\n"
-        "    optimizer.step(closure)\n"
-    )
-    run = recorded(tmp_path, str(script))
-    assert run.steps.tolist() == [0, 1, 2]
+    script.write_text(LBFGS)
+    run = recorded(tmp_path, str(script), options=window)
+    assert run.steps.tolist() == steps
     assert all(n > 1 for n in batches_per_step(run))  # several closure evaluations per step
 
 
