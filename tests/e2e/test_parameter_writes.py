@@ -69,15 +69,26 @@ def test_a_write_before_the_optimizer_step_is_named_not_the_update(tmp_path: Pat
     assert "before step 2's optimizer.step()" in first["origin_text"]
 
 
-def test_a_layer_called_alone_first_is_still_watched(tmp_path: Path) -> None:
-    """A dummy call that sizes the first layer makes it a root before the model is (its
-    parameters keep the names that call gave them: ``weight``, not ``0.weight``)."""
+def test_a_layer_called_alone_first_is_still_watched_and_named_in_its_model(
+    tmp_path: Path,
+) -> None:
+    """A dummy call that sizes the first layer makes it a root before the model is. Once the
+    model is called, the layer is part of it: ``0.weight``, not ``weight``; ``Sequential``,
+    not ``Sequential#1``."""
     plain = record(tmp_path / "plain", "--size-first-layer")
     clipped = record(tmp_path / "clipped", "--size-first-layer", "--clip", "0.3")
     code, report = compare_json(plain, clipped)
     first = report["first_divergence"]
-    assert (code, first["step"], first["kind"], first["location"]) == (1, 3, "param", "weight")
+    assert (code, first["step"], first["kind"], first["location"]) == (1, 3, "param", "0.weight")
     assert first["cause"] == "parameters"
+    (file,) = plain.glob("*.h5")
+    run = RunFile.open(file)
+    step1 = run.records[run.records["step"] == 1]
+    names = {run.strings[i] for i in step1["name"]}
+    assert {"Sequential", "0", "0.weight", "2.bias"} <= names
+    assert not {"Linear", "weight"} & names
+    grads = step1["name"][step1["kind"] == Kind.PARAM_GRAD]
+    assert sorted(run.strings[i] for i in grads) == ["0.bias", "0.weight", "2.bias", "2.weight"]
 
 
 def test_lbfgs_writes_inside_its_step_are_the_optimizer_s(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -13,12 +14,19 @@ from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
 
 
-def test_a_frozen_layer_is_recorded_and_its_gradients_once_unfrozen(tmp_path: Path) -> None:
+@pytest.mark.parametrize("called_alone_first", [None, 0, 1])
+def test_a_frozen_layer_is_recorded_and_its_gradients_once_unfrozen(
+    tmp_path: Path, called_alone_first: int | None
+) -> None:
+    """Also when a layer was called alone before the model (it is then named again as part
+    of the model): each gradient is recorded once, under the model's names."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
     model[0].requires_grad_(False)
     optimizer = torch.optim.SGD(model[1].parameters(), lr=0.1)
     with divergence.Recorder(tmp_path / "run") as recorder:
+        if called_alone_first is not None:
+            model[called_alone_first](torch.zeros(1, 4))
         for step in range(4):
             if step == 2:  # gradual unfreezing
                 model[0].requires_grad_(True)
@@ -31,7 +39,8 @@ def test_a_frozen_layer_is_recorded_and_its_gradients_once_unfrozen(tmp_path: Pa
     run = RunFile.open(file)
     records = run.records
     init = (records["kind"] == Kind.PARAM) & (records["phase"] == Phase.INIT)
-    assert sorted(run.strings[i] for i in records["name"][init]) == [
+    names = [run.strings[i] for i in records["name"][init]]
+    assert sorted(name for name in names if "." in name) == [
         "0.bias",
         "0.weight",
         "1.bias",

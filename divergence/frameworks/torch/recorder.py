@@ -214,6 +214,7 @@ class TorchRecorder(Instrumentation):
 
     def _adopt_root(self, root: torch.nn.Module) -> str:
         """Name a new root's module tree and parameters; record its initial parameters."""
+        self._absorb_roots_inside(root)
         label = type(root).__name__
         prefix = "" if not self.roots else f"{label}#{len(self.roots)}."
         self.roots.append(weakref.ref(root))
@@ -224,6 +225,26 @@ class TorchRecorder(Instrumentation):
         if lazy:
             self.lazy_roots.append((weakref.ref(root), prefix, lazy))
         return self.module_names[root]
+
+    def _absorb_roots_inside(self, root: torch.nn.Module) -> None:
+        """Earlier roots that are submodules of ``root`` (a layer called alone to size it, an
+        encoder run before the model) become part of it: their modules and parameters are
+        named again by their paths in ``root`` from now on, not by the names that call gave."""
+        inside = {id(module) for module in root.modules()}
+        absorbed = [ref for ref in self.roots if id(ref()) in inside]
+        if not absorbed:
+            return
+        modules = {id(m) for ref in absorbed if (r := ref()) is not None for m in r.modules()}
+        for ref in absorbed:
+            self.roots.remove(ref)
+            self.watched.pop(ref(), None)  # type: ignore[arg-type]
+        for module in [m for m in self.module_names if id(m) in modules]:
+            del self.module_names[module]
+        for pid, (module_ref, _) in list(self.param_slots.items()):
+            if id(module_ref()) in modules:
+                del self.param_slots[pid]  # adopted again, under its new name (hooks kept)
+        self.frozen = [slot for slot in self.frozen if id(slot[0]()) not in modules]
+        self.lazy_roots = [entry for entry in self.lazy_roots if id(entry[0]()) not in modules]
 
     def _adopt_parameters(self, root: torch.nn.Module, prefix: str) -> list[LazySlot]:
         """Name the root's new parameters, hook their gradients and record their initial
