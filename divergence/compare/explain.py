@@ -50,9 +50,10 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     elif kind == Kind.PARAM and divergence.phase in WRITE_PHASES:
         divergence.origin = True
         divergence.origin_text = (
-            f"in the training code after {_code(name)}'s last record and "
-            f"{written_when(divergence.phase, step)}: other code than an optimizer step wrote "
-            "the parameter (every record before it matched)"
+            f"after {_code(name)}'s last record and {written_when(divergence.phase, step)}: "
+            "other code than an optimizer step wrote the parameter, the training code or a "
+            "module's own forward (as `Embedding(max_norm=...)` does); every record before it "
+            "matched"
         )
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True

@@ -47,12 +47,15 @@ def test_a_pattern_repeats_identically_and_keeps_its_bits(tmp_path: Path, patter
     run = RunFile.open(file)
     # (a forward after the last optimizer.step(), the average's or an evaluation, is a last step
     # of its own)
-    assert run.steps.tolist() == ([0, 1, 2, 3] if pattern in ("ema", "inference") else [0, 1, 2])
+    evaluated = ("ema", "inference", "max_norm")
+    assert run.steps.tolist() == ([0, 1, 2, 3] if pattern in evaluated else [0, 1, 2])
     if pattern == "lazy":  # the parameters the dry run created are adopted after it
         params = ["0.bias", "0.weight", "2.bias", "2.weight"]
         assert sorted(names_of(run, Kind.PARAM, Phase.INIT)) == params
         assert sorted(set(names_of(run, Kind.PARAM_GRAD))) == params
         assert len(names_of(run, Kind.PARAM_GRAD)) == 3 * len(params)
+    if pattern == "max_norm":  # the evaluation's renormalisation: a write seen at the next call
+        assert names_of(run, Kind.PARAM, Phase.FORWARD) == ["embed.weight"] * 2
     if pattern == "ema":  # the average is a second root of its own, its weights written in place
         assert names_of(run, Kind.OUTPUT).count("Sequential#1") == 3
         written = names_of(run, Kind.PARAM, Phase.FORWARD)

@@ -15,7 +15,9 @@
 * ``inference``: an evaluation under ``torch.inference_mode()`` after each step (tensors without
   a version counter);
 * ``fused``: ``AdamW(fused=True)`` (its step counts are tensors too);
-* ``channels_last``: a conv net in channels-last memory format.
+* ``channels_last``: a conv net in channels-last memory format;
+* ``max_norm``: ``nn.Embedding(max_norm=1.0)``, which renormalises the rows it reads in place, in
+  its own forward, and an evaluation after each step (so that write is seen at the next call).
 
     python tests/example_scripts/patterns.py PATTERN [--out PATH]
 """
@@ -31,7 +33,9 @@ from torch import nn
 PATTERNS = (
     *("lazy", "jit", "sparse", "tied", "ema", "autocast", "penalty", "functional"),
     *("packed", "attention", "weight_norm", "scaler", "inference", "fused", "channels_last"),
+    "max_norm",
 )
+TOKENS = ("sparse", "tied", "max_norm")
 SEQUENCES = ("packed", "attention")
 
 
@@ -63,9 +67,9 @@ class Attention(nn.Module):
 class Bag(nn.Module):
     """Token ids -> class scores, through a mean of embeddings."""
 
-    def __init__(self, sparse: bool = False, tied: bool = False) -> None:
+    def __init__(self, sparse: bool = False, tied: bool = False, max_norm: bool = False) -> None:
         super().__init__()
-        self.embed = nn.Embedding(10, 4, sparse=sparse)
+        self.embed = nn.Embedding(10, 4, sparse=sparse, max_norm=1.0 if max_norm else None)
         self.head = nn.Linear(4, 10, bias=False)
         if tied:
             self.head.weight = self.embed.weight
@@ -80,8 +84,8 @@ def build(pattern: str) -> nn.Module:
     if pattern == "jit":
         inner = torch.jit.script(nn.Sequential(nn.Linear(8, 8), nn.Tanh()))
         return nn.Sequential(nn.Linear(4, 8), inner, nn.Linear(8, 2))
-    if pattern in ("sparse", "tied"):
-        return Bag(sparse=pattern == "sparse", tied=pattern == "tied")
+    if pattern in TOKENS:
+        return Bag(pattern == "sparse", pattern == "tied", pattern == "max_norm")
     if pattern == "packed":
         return Packed()
     if pattern == "attention":
@@ -112,7 +116,7 @@ def loss_of(pattern: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
 
 
 def batch(pattern: str) -> torch.Tensor:
-    if pattern in ("sparse", "tied"):
+    if pattern in TOKENS:
         return torch.randint(0, 10, (5, 3))
     if pattern in SEQUENCES:
         return torch.randn(5, 3, 4)
@@ -128,7 +132,7 @@ def main() -> None:
     args = p.parse_args()
     torch.manual_seed(0)
     model = build(args.pattern)
-    tokens = args.pattern in ("sparse", "tied")
+    tokens = args.pattern in TOKENS
     if args.pattern == "lazy":
         model(torch.zeros(1, 4))  # the usual dry run that creates the parameters
     if args.pattern == "fused":
@@ -155,6 +159,9 @@ def main() -> None:
             with torch.inference_mode():
                 model(batch(args.pattern))
             model.train()
+        if args.pattern == "max_norm":
+            with torch.no_grad():
+                model(batch(args.pattern))
         if average is not None:
             with torch.no_grad():
                 for mean, param in zip(average.parameters(), model.parameters(), strict=True):
