@@ -121,7 +121,6 @@ class TorchRecorder(Instrumentation):
         self.param_names: dict[int, str] = {}
         self.param_slots: dict[int, ParamSlot] = {}
         self.grad_hooks: dict[int, RemovableHandle] = {}
-        self.freed_roots = 0
         self.state_labels: dict[tuple[str, object], str] = {}
         # each root's parameters, and every parameter's version counter when last recorded (or
         # stepped): a write by other code than an optimizer step moves it
@@ -131,7 +130,11 @@ class TorchRecorder(Instrumentation):
         self.param_prints: dict[int, object] = {}  # fingerprint value of each one's last record
         self.stepping = 0  # optimizer steps running: LBFGS calls the model inside its own
         self.frozen: list[Slot] = []  # parameters adopted with requires_grad=False
-        self.roots: list[weakref.ref[torch.nn.Module]] = []
+        # the live roots (model calls), each with its number and the prefix of its names
+        # (`Label#N.`, none for number 0). Numbers count every root adopted, also freed ones,
+        # so that names never depend on when the garbage collector ran.
+        self.roots: list[tuple[weakref.ref[torch.nn.Module], int, str]] = []
+        self.roots_named = 0
         # roots holding a lazy module's parameters still uninitialised: (root, name prefix, the
         # uninitialised parameters, which materialise in place)
         self.lazy_roots: list[LazyRoot] = []
@@ -214,10 +217,12 @@ class TorchRecorder(Instrumentation):
 
     def _adopt_root(self, root: torch.nn.Module) -> str:
         """Name a new root's module tree and parameters; record its initial parameters."""
-        self._absorb_roots_inside(root)
+        number = self._absorb_roots_inside(root)
+        if number is None:
+            number, self.roots_named = self.roots_named, self.roots_named + 1
         label = type(root).__name__
-        prefix = "" if not self.roots else f"{label}#{len(self.roots)}."
-        self.roots.append(weakref.ref(root))
+        prefix = f"{label}#{number}." if number else ""
+        self.roots.append((weakref.ref(root), number, prefix))
         for path, module in root.named_modules():
             if module not in self.module_names:
                 self.module_names[module] = prefix + path if path else (prefix.rstrip(".") or label)
@@ -226,17 +231,19 @@ class TorchRecorder(Instrumentation):
             self.lazy_roots.append((weakref.ref(root), prefix, lazy))
         return self.module_names[root]
 
-    def _absorb_roots_inside(self, root: torch.nn.Module) -> None:
+    def _absorb_roots_inside(self, root: torch.nn.Module) -> int | None:
         """Earlier roots that are submodules of ``root`` (a layer called alone to size it, an
         encoder run before the model) become part of it: their modules and parameters are
-        named again by their paths in ``root`` from now on, not by the names that call gave."""
+        named again by their paths in ``root`` from now on, not by the names that call gave.
+        Returns the smallest of their numbers, which ``root`` takes, or None."""
         inside = {id(module) for module in root.modules()}
-        absorbed = [ref for ref in self.roots if id(ref()) in inside]
-        if not absorbed:
-            return
+        entries = [entry for entry in self.roots if id(entry[0]()) in inside]
+        if not entries:
+            return None
+        absorbed = [ref for ref, _, _ in entries]
         modules = {id(m) for ref in absorbed if (r := ref()) is not None for m in r.modules()}
+        self.roots = [entry for entry in self.roots if entry not in entries]
         for ref in absorbed:
-            self.roots.remove(ref)
             self.watched.pop(ref(), None)  # type: ignore[arg-type]
         for module in [m for m in self.module_names if id(m) in modules]:
             del self.module_names[module]
@@ -245,6 +252,7 @@ class TorchRecorder(Instrumentation):
                 del self.param_slots[pid]  # adopted again, under its new name (hooks kept)
         self.frozen = [slot for slot in self.frozen if id(slot[0]()) not in modules]
         self.lazy_roots = [entry for entry in self.lazy_roots if id(entry[0]()) not in modules]
+        return min(number for _, number, _ in entries)
 
     def _adopt_parameters(self, root: torch.nn.Module, prefix: str) -> list[LazySlot]:
         """Name the root's new parameters, hook their gradients and record their initial
@@ -586,22 +594,21 @@ class TorchRecorder(Instrumentation):
         return label
 
     def _add_buffers(self) -> None:
-        for ref in self.roots:
+        """Every root's buffers, named as its parameters are (``Label#1.bn.running_mean``)."""
+        for ref, _, prefix in self.roots:
             root = ref()
             if root is None:
                 continue
-            prefix = self.module_names.get(root, "")
             for path, buffer in root.named_buffers():
-                name = f"{prefix}.{path}" if len(self.roots) > 1 else path
+                name = prefix + path
                 if self.session.wants(name) and not is_lazy(buffer):
                     self._add(Phase.OPTIMIZER, Kind.BUFFER, name, buffer)
 
     def at_step_start(self, session: Session) -> None:
         self.cache.clear()
         self.stepped_this_step.clear()
-        freed = sum(ref() is None for ref in self.roots)
-        if freed != self.freed_roots:
-            self.freed_roots = freed
+        if any(entry[0]() is None for entry in self.roots):
+            self.roots = [entry for entry in self.roots if entry[0]() is not None]
             self._forget_freed_parameters()
         for name, fingerprint in rng_fingerprints(self.host_generators):
             if session.wants(name):
