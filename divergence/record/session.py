@@ -66,6 +66,7 @@ class Session:
         self.step = 0
         self.mode = "auto"
         self.on_step_start: list[Callable[[Session], None]] = []
+        self.on_finish: list[Callable[[], None]] = []  # before the last records are written
         self.metadata_providers: list[Callable[[], dict[str, Any]]] = []
         # type of a pending device value -> the framework function that resolves a list of them
         self.resolvers: dict[type, Callable[[list[object]], list[int]]] = {}
@@ -305,6 +306,8 @@ class Session:
 
     def finish(self) -> None:
         """At exit: write what is buffered as the last step(s) and close the file cleanly."""
+        for callback in self.on_finish:
+            callback()
         if self.mode == "auto" and len(self._marks) > 1:
             self._split_forward_steps(keep_current=False)
         if self._rows:

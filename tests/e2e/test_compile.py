@@ -244,3 +244,112 @@ def test_a_compiled_optimizer_step_is_a_step_and_the_graphs_are_unchanged(
         names = tuple(f"Adam.group0.param{i}" for i in range(4))
     assert params == [(step, name) for step in range(3) for name in names]
     assert sum(kind == "optim_state" for _, kind, _ in records) == 3 * 4 * 3  # step, exp_avg(_sq)
+
+
+def test_a_compiled_step_at_op_level_with_a_window_keeps_the_graphs(tmp_path: Path) -> None:
+    """Op level's own step hooks do nothing while dynamo traces (traced, they guarded on the
+    session's step: a recompilation, a frame without a graph, every step)."""
+    from torch._dynamo.utils import counters
+
+    import divergence
+
+    plain_graphs, recorded_graphs = GraphLog(), GraphLog()
+    counters.clear()
+    plain = train_with_a_compiled_step("method", plain_graphs)
+    plain_frames = counters["frames"]["total"]
+    counters.clear()
+    with divergence.Recorder(tmp_path / "run", granularity="op", steps="0:2"):
+        recorded = train_with_a_compiled_step("method", recorded_graphs)
+    torch._dynamo.reset()
+    assert_same_bits(recorded, plain)
+    assert recorded_graphs.graphs == plain_graphs.graphs
+    assert counters["frames"]["total"] <= plain_frames  # (the first run also warms torch up)
+    assert {step for step, _, _ in records_of(tmp_path / "run")} == {0, 1}
+
+
+def test_steps_of_code_compiled_before_the_recorder_are_all_recorded(tmp_path: Path) -> None:
+    """``torch.compile`` called before ``divergence.Recorder`` is entered: its steps are
+    recorded at the next model call, and the last one at exit."""
+    from torch import nn
+
+    import divergence
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = torch.compile(optimizer.step, backend="eager")
+    with divergence.Recorder(tmp_path / "run"):
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(5, 4)).pow(2).mean().backward()
+            step()
+    torch._dynamo.reset()
+    records = records_of(tmp_path / "run", Phase.OPTIMIZER)
+    assert [step for step, kind, name in records if name == "0.weight"] == [0, 1, 2]
+
+
+def test_a_whole_step_compiled_with_no_eager_model_call_keeps_the_graphs(
+    tmp_path: Path,
+) -> None:
+    """``torch._dynamo.optimize`` around a whole training step: nothing of ours runs between
+    the compiled calls to take the steps, so they are recorded together at exit; the list
+    that notes them stays short, so dynamo recompiles at most twice, never up to its limit."""
+    from torch import nn
+
+    import divergence
+
+    def train(backend: GraphLog) -> dict[str, torch.Tensor]:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        @torch._dynamo.optimize(backend)
+        def train_step(x: torch.Tensor) -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        for _ in range(12):
+            train_step(torch.randn(5, 4))
+        return {k: v.clone() for k, v in model.state_dict().items()}
+
+    plain_graphs, recorded_graphs = GraphLog(), GraphLog()
+    plain = train(plain_graphs)
+    with divergence.Recorder(tmp_path / "run"):
+        recorded = train(recorded_graphs)
+    torch._dynamo.reset()
+    assert_same_bits(recorded, plain)
+    assert recorded_graphs.graphs == plain_graphs.graphs
+    names = [name for _, kind, name in records_of(tmp_path / "run", Phase.OPTIMIZER)]
+    assert names.count("SGD.group0.param0") == 2
+
+
+def test_an_eager_then_a_compiled_optimizer_make_two_steps(tmp_path: Path) -> None:
+    """One optimizer stepped eagerly, then another one's compiled step: the region's records
+    open a step of their own (two eager optimizers stepping back to back share one). At entry
+    a region is not known to hold a step; the runs compare alike either way."""
+    from torch import nn
+
+    import divergence
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    with divergence.Recorder(tmp_path / "run"):
+        first = torch.optim.Adam(model[0].parameters(), lr=0.1)
+        second = torch.optim.SGD(model[2].parameters(), lr=0.1)
+        compiled_first = torch.compile(first.step, backend="eager")
+        for _ in range(3):
+            first.zero_grad()
+            second.zero_grad()
+            model(torch.randn(5, 4)).pow(2).mean().backward()
+            second.step()
+            compiled_first()
+    torch._dynamo.reset()
+    records = records_of(tmp_path / "run", Phase.OPTIMIZER)
+    assert [step for step, kind, name in records if name == "2.weight"] == [0, 2, 4]
+    assert [step for step, kind, name in records if name == "0.weight"] == [1, 3, 5]

@@ -56,3 +56,29 @@ def test_a_frozen_layer_is_recorded_and_its_gradients_once_unfrozen(
         "0.weight": [2, 3],
         "0.bias": [2, 3],
     }
+
+
+def test_a_layer_hooked_alone_then_frozen_then_absorbed_is_hooked_once(tmp_path: Path) -> None:
+    """A sizing call hooks the layer's gradients; it is frozen, then the model adopts it again
+    (frozen) and unfreezes it: its hook is the one it has, not a second one."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    with divergence.Recorder(tmp_path / "run"):
+        model[0](torch.randn(2, 4))
+        model[0].requires_grad_(False)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(4):
+            if step == 2:
+                model[0].requires_grad_(True)
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    (file,) = (tmp_path / "run").glob("*.h5")
+    run = RunFile.open(file)
+    grads = run.records[run.records["kind"] == Kind.PARAM_GRAD]
+    got = sorted((int(r["step"]), run.strings[r["name"]]) for r in grads)
+    first, second = ("0.weight", "0.bias"), ("1.weight", "1.bias")
+    assert got == sorted(
+        [(step, name) for step in range(4) for name in second]
+        + [(step, name) for step in (2, 3) for name in first]
+    )

@@ -76,3 +76,32 @@ def test_a_replaced_parameter_is_adopted_under_its_slot_name(tmp_path: Path) -> 
         (step, "param") for step in range(3)
     ]
     assert sorted(got) == sorted([(0, "param"), (1, "param"), *grads_and_updates])
+
+
+def test_a_parameter_moved_from_a_freed_model_keeps_its_name_and_hook(tmp_path: Path) -> None:
+    """``model[0].weight = pretrained[0].weight``, then the pretrained model is freed: the
+    parameter is still the model's, recorded once per step under one name, never as a write
+    and never hooked twice (a DataLoader batch opens the step before the model is called)."""
+    torch.manual_seed(0)
+    with divergence.Recorder(tmp_path / "run"):
+        pretrained = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(pretrained.parameters(), lr=0.1)
+        for _ in range(2):
+            pretrained(torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+        model[0].weight = pretrained[0].weight
+        model(torch.randn(3, 4))  # adopted while the pretrained model lives
+        del pretrained, optimizer
+        gc.collect()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in torch.utils.data.DataLoader(torch.randn(9, 4), batch_size=3):
+            model(x).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    counts = Counter((step, kind, name) for step, kind, name in records(tmp_path / "run"))
+    later = {key: n for key, n in counts.items() if key[0] >= 3}
+    names = ["0.weight", *(f"Sequential#1.{n}" for n in ("0.bias", "1.weight", "1.bias"))]
+    # (steps 0-1 train the pretrained model; the lone call opens step 2, the first batch's)
+    assert later == {(s, k, n): 1 for s in (3, 4) for k in ("param", "param_grad") for n in names}

@@ -163,9 +163,13 @@ class OpRecorder(OpZoom):
             self.owners.mark(module)
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        if torch.compiler.is_compiling():  # (traced, it would guard on the recorder's state)
+            return
         self.optimizer = type(optimizer).__name__
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
         self.optimizer = ""
         s = self.session
         stop = s.config.steps.stop

@@ -175,6 +175,9 @@ class TorchRecorder(Instrumentation):
             pending=(PendingSum, resolve_pending),
         )
         self.undo.append(distributed.install(s))  # collectives, DDP buckets, rank metadata
+        settle = self.guard(self.settle_compiled_steps)
+        s.on_finish.append(settle)
+        self.undo.append(lambda: s.on_finish.remove(settle))
         return self.remove
 
     def eager_guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
@@ -186,14 +189,20 @@ class TorchRecorder(Instrumentation):
         or a compiled function that steps) it only appends the optimizer to
         :attr:`compiled_steps`: dynamo traces the append as a side effect it replays each time
         the compiled code runs, and leaves the graph as it was. The step is recorded when the
-        region is left (:meth:`settle_compiled_steps`). Dynamo guards on the list being empty,
-        so it is emptied before compiled code runs again, or it would recompile."""
+        region is left, at the next model call or at exit (:meth:`settle_compiled_steps`).
+        Dynamo guards on the list's length, so it stays empty between compiled calls. One that
+        was not emptied (compiled code run again with no settling in between, as a whole
+        training step under ``torch._dynamo.optimize``) grows to two entries at most: at most
+        two recompilations, never one per call (dynamo would fall back to eager at its limit),
+        and those steps are recorded as one or two."""
         after = self.guard(self.after_optimizer_step)
         compiled_steps = self.compiled_steps
+        limit = 2  # (two optimizers stepping in one compiled function: a GAN's)
 
         def optimizer_step_post_hook(optimizer: torch.optim.Optimizer, *args: Any) -> None:
             if torch.compiler.is_compiling():
-                compiled_steps.append(optimizer)
+                if len(compiled_steps) < limit:
+                    compiled_steps.append(optimizer)
                 return
             after(optimizer, *args)
 
@@ -317,16 +326,31 @@ class TorchRecorder(Instrumentation):
         self.undo.append(hook.remove)
 
     def _forget_freed_parameters(self) -> None:
-        """Once a root was freed: drop the entries of parameters whose slot is gone or holds
-        another object, so that a new parameter given a freed one's id is not taken for it."""
+        """Once a root was freed: drop the entries of parameters no live root holds, so that a
+        new parameter given a freed one's id is not taken for it. One moved from a freed
+        module into a live root (``model[0].weight = old[0].weight``) takes its slot and name
+        there. A gradient hook is forgotten once its parameter is gone (its hook table with it)."""
+        held: dict[int, tuple[ParamSlot, str]] = {}
+        for ref, _, _ in self.roots:
+            root = ref()
+            slots = self.watched.get(root, {}) if root is not None else {}
+            for module_ref, key, name, _ in slots.values():
+                module = module_ref()
+                param = None if module is None else _parameter_in(module, key)
+                if param is not None:
+                    held.setdefault(id(param), ((module_ref, key), name))
         for pid, (module_ref, key) in list(self.param_slots.items()):
-            module = module_ref()
-            held = None if module is None else _parameter_in(module, key)
-            if held is None or id(held) != pid:
-                for table in (self.param_slots, self.param_names, self.param_versions):
-                    table.pop(pid, None)
-                self.param_prints.pop(pid, None)
-                self.grad_hooks.pop(pid, None)
+            if pid in held:
+                module = module_ref()
+                if module is None or id(_parameter_in(module, key)) != pid:  # moved
+                    self.param_slots[pid], self.param_names[pid] = held[pid]
+                continue
+            for table in (self.param_slots, self.param_names, self.param_versions):
+                table.pop(pid, None)
+            self.param_prints.pop(pid, None)
+        for pid, handle in list(self.grad_hooks.items()):
+            if handle.hooks_dict_ref() is None:
+                del self.grad_hooks[pid]
 
     def _hook_unfrozen(self) -> None:
         """Hook the gradients of frozen parameters that were unfrozen since (gradual
@@ -337,10 +361,10 @@ class TorchRecorder(Instrumentation):
             param = None if module is None else _parameter_in(module, slot[1])
             if param is None:
                 continue
-            if param.requires_grad:
-                self._hook_gradient(param)
-            else:
+            if not param.requires_grad:
                 still_frozen.append(slot)
+            elif not self._hooked(param):  # (one adopted again keeps its hook)
+                self._hook_gradient(param)
         self.frozen = still_frozen
 
     def _adopt_materialised(self) -> None:
@@ -629,7 +653,8 @@ class TorchRecorder(Instrumentation):
         @functools.wraps(original)
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             # Traced by dynamo (a backward inside compiled code): straight to the graph break
-            # torch takes there, which then runs this call eagerly, loss record included.
+            # torch takes there. Dynamo compiles this frame too, so a loss whose backward is
+            # called in compiled code is not recorded (the region's inside is not observed).
             if not torch.compiler.is_compiling():
                 recorder.guarded_call(recorder.record_loss, tensor)
             return original(tensor, *args, **kwargs)
