@@ -211,7 +211,7 @@ def probe_at(file: RunFile, row: int) -> Probe:
         name=file.strings[r["name"]],
         slot=int(r["slot"]),
         dtype=file.strings[r["dtype"]],
-        shape=parse_shape(file.strings[r["shape"]]),
+        shape=parse_shape(file.strings[r["shape"]], file.path),
         fingerprint=int(r["fp"]),
         skipped=file.strings[r["note"]] if r["status"] else "",
     )

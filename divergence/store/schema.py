@@ -22,6 +22,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from divergence.errors import CorruptRunError
+
 FORMAT_MARKER = "diverge-run"
 FORMAT_VERSION = 1
 STEP_END_MAGIC = 0xD1BE_26E5_0000_5EED
@@ -115,8 +117,15 @@ def shape_text(shape: tuple[int, ...]) -> str:
     return ",".join(map(str, shape))
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",")) if text else ()
+def parse_shape(text: str, path: object = "") -> tuple[int, ...]:
+    """``"64,256"`` -> ``(64, 256)``; text that is not a shape is a corrupt record of ``path``."""
+    try:
+        return tuple(int(x) for x in text.split(",")) if text else ()
+    except ValueError:
+        raise CorruptRunError(
+            f"{path}: a record's shape {text!r} is not a list of sizes",
+            hint="the file was damaged, or written by a recorder with a bug: record it again",
+        ) from None
 
 
 def step_end_fp(step: int) -> int:

@@ -2,6 +2,7 @@
 
 * ``lazy``: ``nn.LazyLinear`` (parameters created by the first forward);
 * ``jit``: a ``torch.jit.script`` submodule;
+* ``traced``: a ``torch.jit.trace`` submodule, traced (and its trace checked) while recording;
 * ``sparse``: ``nn.Embedding(sparse=True)`` (sparse gradients, SGD);
 * ``tied``: an output layer sharing the embedding's weight;
 * ``ema``: an exponential moving average copy (``copy.deepcopy``) evaluated each step;
@@ -33,7 +34,7 @@ from torch import nn
 PATTERNS = (
     *("lazy", "jit", "sparse", "tied", "ema", "autocast", "penalty", "functional"),
     *("packed", "attention", "weight_norm", "scaler", "inference", "fused", "channels_last"),
-    "max_norm",
+    *("max_norm", "traced"),
 )
 TOKENS = ("sparse", "tied", "max_norm")
 SEQUENCES = ("packed", "attention")
@@ -84,6 +85,9 @@ def build(pattern: str) -> nn.Module:
     if pattern == "jit":
         inner = torch.jit.script(nn.Sequential(nn.Linear(8, 8), nn.Tanh()))
         return nn.Sequential(nn.Linear(4, 8), inner, nn.Linear(8, 2))
+    if pattern == "traced":
+        traced = torch.jit.trace(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), torch.randn(2, 8))
+        return nn.Sequential(nn.Linear(4, 8), traced, nn.Linear(8, 2))
     if pattern in TOKENS:
         return Bag(pattern == "sparse", pattern == "tied", pattern == "max_norm")
     if pattern == "packed":

@@ -181,8 +181,10 @@ class TorchRecorder(Instrumentation):
         return self.remove
 
     def eager_guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
-        """:meth:`guard` that does nothing while dynamo traces (see ``compiled.py``)."""
-        return self.guard(hook, unless=torch.compiler.is_compiling)
+        """:meth:`guard` that does nothing while dynamo traces (see ``compiled.py``) or
+        ``torch.jit.trace`` runs: a traced call is not training, and its checks compare the
+        graphs of two traces, which the hooks' own calls would make differ."""
+        return self.guard(hook, unless=_tracing)
 
     def _step_post_hook(self) -> Callable[..., None]:
         """The optimizer step post hook. Inside compiled code (``torch.compile(optimizer.step)``,
@@ -706,6 +708,11 @@ class _GradOfOutput:
             self.recorder.grad_of_output(self.name, self.slot, grad)
         except Exception as exc:
             self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
+
+
+def _tracing() -> bool:
+    # is_compiling first: dynamo reads it as a constant and never traces the C call after it
+    return torch.compiler.is_compiling() or torch._C._is_tracing()
 
 
 def _version_of(t: torch.Tensor) -> int:

@@ -172,7 +172,7 @@ def _input(file: RunFile, row: int, device: str, pattern: str) -> torch.Tensor:
             f"input {records['slot'][row]} of {pattern!r} was not fingerprinted ({reason}), "
             "so the call cannot be replayed"
         )
-    shape = parse_shape(file.strings[records["shape"][row]])
+    shape = parse_shape(file.strings[records["shape"][row]], file.path)
     dtype = getattr(torch, file.strings[records["dtype"][row]])
     return torch.empty(shape, dtype=dtype, device=device)
 
