@@ -8,6 +8,7 @@ Framework modules add their own versions, thread counts and determinism switches
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import socket
@@ -83,6 +84,9 @@ def process_metadata(start_time: float) -> dict[str, Any]:
         "argv": list(sys.argv),
         "cwd": os.getcwd(),
         "pid": os.getpid(),
+        # multiprocessing's creation order of this process ([2]: the parent's second child;
+        # [] for a process it did not start): pairs processes without a rank across runs
+        "process_index": list(getattr(multiprocessing.current_process(), "_identity", ())),
         "host": socket.gethostname(),
         "start_time": start_time,
         "python": sys.version.split()[0],

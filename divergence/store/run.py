@@ -56,8 +56,9 @@ class Run:
 
 
 def _pair_keys(files: list[Path]) -> list[Process]:
-    """Rank files pair by rank; other processes pair by their start order (pid order as a proxy
-    would be wrong: pids wrap), which the file's creation time gives."""
+    """Rank files pair by rank; other processes by the order multiprocessing created them in
+    (``mp.spawn``'s children start together: their start times race), then by start time (pid
+    order as a proxy would be wrong: pids wrap)."""
     ranked, others = [], []
     for file in files:
         match = RANK_FILE.match(file.name)
@@ -67,13 +68,15 @@ def _pair_keys(files: list[Path]) -> list[Process]:
         else:
             others.append(file)
     ranked.sort(key=lambda p: (p.rank, p.path.name))
-    others.sort(key=lambda f: (_start_time(f), f.name))
+    others.sort(key=lambda f: (*_start_order(f), f.name))
     return ranked + [Process(f"process{i}", None, f) for i, f in enumerate(others)]
 
 
-def _start_time(file: Path) -> float:
-    """The recorded process start time (from the metadata), else the file's own time."""
+def _start_order(file: Path) -> tuple[list[int], float]:
+    """(the process's multiprocessing creation index, its start time) from the metadata; the
+    file's own time when that cannot be read (compare then says what is wrong with it)."""
     try:
-        return float(read_meta(file).get("start_time", 0.0))
+        meta = read_meta(file)
+        return [int(i) for i in meta.get("process_index", [])], float(meta.get("start_time", 0))
     except Exception:
-        return file.stat().st_mtime
+        return [], file.stat().st_mtime

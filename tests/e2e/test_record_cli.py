@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from divergence.store.reader import read_meta
+from divergence.store.run import Run
 from divergence.store.schema import Kind
 from tests.conftest import ROOT, SCRIPTS, run_cli
 
@@ -259,3 +261,17 @@ def test_a_model_returning_a_dataclass_has_its_tensor_fields_recorded(tmp_path: 
     assert sorted(outputs["slot"].tolist()) == [0, 0, 1, 1]  # logits and hidden, two steps
     grads = records[root & (records["kind"] == Kind.GRAD_OUTPUT)]
     assert grads["slot"].tolist() == [0, 1, 0, 1]  # the gradients into logits and hidden
+
+
+def test_spawned_processes_without_a_rank_pair_by_creation_order(tmp_path: Path) -> None:
+    """``mp.spawn``'s children start together; each is paired by the order multiprocessing
+    created it in (here: its index, which seeds it), not by which one happened to start first."""
+    out = tmp_path / "run"
+    script = str(SCRIPTS / "spawned_copies.py")
+    result = run_cli("record", "-o", str(out), "--", sys.executable, script)
+    assert result.returncode == 0, result.stderr
+    processes = Run.open(out).processes
+    assert [p.key for p in processes] == ["process0", "process1"]
+    seeds = [read_meta(p.path)["seeds"][0]["seed"] for p in processes]
+    indexes = [read_meta(p.path)["process_index"] for p in processes]
+    assert (seeds, indexes) == (["0", "1"], [[1], [2]])

@@ -569,6 +569,17 @@ def test_pid_files_pair_by_start_time(tmp_path: Path) -> None:
     assert all(p.rank is None for p in run.processes)
 
 
+def test_processes_started_by_multiprocessing_pair_by_creation_order(tmp_path: Path) -> None:
+    """``mp.spawn``'s children start together, so their start times race: the order in which
+    multiprocessing created them comes first (the parent, which it did not start, before)."""
+    files = (("pid200.h5", 1.0, [2]), ("pid100.h5", 2.0, [1]), ("pid300.h5", 3.0, []))
+    for name, start, index in files:
+        meta = {"start_time": start, "process_index": index}
+        RunFileWriter.create(tmp_path / name, meta=meta).close({})
+    run = Run.open(tmp_path)
+    assert [p.path.name for p in run.processes] == ["pid300.h5", "pid100.h5", "pid200.h5"]
+
+
 def test_run_single_file(tmp_path: Path) -> None:
     path = tmp_path / "whatever.h5"
     write_run(path, steps=2)
