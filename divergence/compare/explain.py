@@ -15,7 +15,14 @@ import numpy as np
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.store.reader import RunFile
-from divergence.store.schema import UNINITIALISED, WRITTEN_BUFFER, Kind, Phase
+from divergence.store.schema import (
+    BEFORE_HOOKS,
+    BEFORE_PRE_HOOKS,
+    UNINITIALISED,
+    WRITTEN_BUFFER,
+    Kind,
+    Phase,
+)
 
 
 def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
@@ -103,6 +110,11 @@ def _explain_output(
         )
     else:
         divergence.origin_text = f"inside {_code(name)}'s forward: its inputs matched"
+    if any(_noted(run, i, BEFORE_PRE_HOOKS) for i in inputs if i >= call_start - 8):
+        divergence.origin_text += (
+            f", or in a forward pre-hook of {_code(name)} (it has some: its inputs are recorded "
+            "before they run)"
+        )
 
 
 def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np.ndarray) -> None:
@@ -124,6 +136,13 @@ def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np
         f"{_code(caller)}'s own forward code" if caller else "the training code, outside any module"
     )
     divergence.origin_text = f"in {where}, after {previous} and before it called {_code(name)}"
+    last = int(before[-1]) if before.size else None
+    if last is not None and _noted(run, last, BEFORE_HOOKS):
+        owner = _code(run.strings[records["name"][last]])
+        divergence.origin_text += (
+            f", or in a forward hook of {owner} (it has some: its output is recorded before they "
+            "run)"
+        )
 
 
 def _caller(run: RunFile, name: str, before: np.ndarray) -> str:
@@ -317,6 +336,10 @@ def _has(run: RunFile, rows: np.ndarray, kind: Kind, name: str) -> bool:
 
 def _has_kind(run: RunFile, rows: np.ndarray, kind: Kind) -> bool:
     return bool((run.records["kind"][rows] == kind).any()) if rows.size else False
+
+
+def _noted(run: RunFile, row: int, note: str) -> bool:
+    return run.strings[run.records["note"][row]] == note
 
 
 def _describe(run: RunFile, row: int) -> str:

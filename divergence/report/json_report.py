@@ -40,6 +40,7 @@ def divergence_json(d: Divergence) -> dict[str, Any]:
         "origin": d.origin,
         "origin_text": d.origin_text,
         "matched_inputs": d.matched_inputs,
+        "rng_evidence": d.rng_evidence,
         "rank": d.process,
         "cause": d.cause,
         "cause_text": d.cause_text,

@@ -110,6 +110,10 @@ MAX_DIMS = 8  # used by in-graph probe tables (frameworks/tensorflow)
 # ``bernoulli_`` into an ``empty_like``): a buffer, not a value that could carry a difference.
 WRITTEN_BUFFER = "uninitialised memory, which the op writes: not compared"
 UNINITIALISED = "uninitialised memory"  # how every such note starts (FORMAT.md)
+# Notes of a module's input and output records when the module has hooks of its own: torch runs
+# the recorder's global hooks first, so these records hold the values before those ran.
+BEFORE_PRE_HOOKS = "taken before the module's own forward pre-hooks, which can change it"
+BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace it"
 
 
 def shape_text(shape: tuple[int, ...]) -> str:

@@ -218,3 +218,21 @@ def test_a_batch_ordered_by_str_hashes_names_pythonhashseed(tmp_path: Path) -> N
     assert first["cause"] == "data"
     assert "PYTHONHASHSEED was not set" in first["cause_text"]
     assert "export PYTHONHASHSEED=0" in first["cause_text"]
+
+
+def test_a_difference_made_in_a_module_s_own_hook_names_the_hook(record: Recorder) -> None:
+    """Torch runs the recorder's global hooks before a module's own, so a module's inputs are
+    recorded before its pre-hooks run and its output before its forward hooks do: the report
+    names the hook as a place the difference can come from."""
+    plain = record("user_hooks.py")
+    code, report = compare_json(plain, record("user_hooks.py", "--plant", "pre"))
+    first = report["first_divergence"]
+    assert (code, first["step"], first["kind"], first["location"]) == (1, 1, "output", "2")
+    assert "or in a forward pre-hook of `2`" in first["origin_text"]
+    # python's and numpy's generators are unseeded (their states differ) but never drawn from
+    assert first["rng_evidence"] == [] and first["cause"] != "rng"
+    code, report = compare_json(plain, record("user_hooks.py", "--plant", "post"))
+    first = report["first_divergence"]
+    assert (code, first["step"], first["kind"], first["location"]) == (1, 1, "input", "1")
+    assert "or in a forward hook of `0`" in first["origin_text"]
+    assert compare_json(plain, record("user_hooks.py", tag="again"))[0] == 0  # hooks repeat

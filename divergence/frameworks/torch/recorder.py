@@ -54,7 +54,7 @@ from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import Kind, Phase
+from divergence.store.schema import BEFORE_HOOKS, BEFORE_PRE_HOOKS, Kind, Phase
 
 WRAPPERS = frozenset(
     {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
@@ -402,11 +402,12 @@ class TorchRecorder(Instrumentation):
         t: torch.Tensor,
         slot: int = 0,
         cached: bool = True,
+        note: str = "",
     ) -> Fingerprint:
         s = self.session
         dump = to_host(t) if s.dumps and s.wants_dump(name) else None
         fingerprint = self.cache.get(t, cached)
-        s.add(phase, kind, name, fingerprint, slot, dump=dump)
+        s.add(phase, kind, name, fingerprint, slot, note, dump)
         return fingerprint
 
     def _add_param(self, phase: Phase, name: str, param: torch.Tensor, cached: bool) -> None:
@@ -432,10 +433,10 @@ class TorchRecorder(Instrumentation):
         self._add_param(phase, name, param, cached=True)
 
     def _add_all(
-        self, phase: Phase, kind: Kind, name: str, tensors: Iterable[torch.Tensor]
+        self, phase: Phase, kind: Kind, name: str, tensors: Iterable[torch.Tensor], note: str = ""
     ) -> None:
         for slot, t in enumerate(tensors):
-            self._add(phase, kind, name, t, slot)
+            self._add(phase, kind, name, t, slot, True, note)
 
     def _push(self, name: str) -> None:
         self.stack.append(name)
@@ -480,7 +481,8 @@ class TorchRecorder(Instrumentation):
         if not s.begin_event() or not s.wants(name):
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (phase, Kind.INPUT)
-        self._add_all(phase, kind, name, _call_tensors(args, kwargs))
+        note = BEFORE_PRE_HOOKS if module._forward_pre_hooks else ""
+        self._add_all(phase, kind, name, _call_tensors(args, kwargs), note)
 
     def _add_written_parameters(self, root: torch.nn.Module) -> None:
         """The root's parameters written since they were last recorded by other code than an
@@ -523,9 +525,9 @@ class TorchRecorder(Instrumentation):
         if compiled_module(module) is not None:
             self.leave_compiled(output)
         elif not self.compiled_depth and type(module).__name__ not in WRAPPERS and self.stack:
-            self._leave(output)
+            self._leave(output, BEFORE_HOOKS if module._forward_hooks else "")
 
-    def _leave(self, output: Any) -> None:
+    def _leave(self, output: Any, note: str = "") -> None:
         name = self._pop()
         if self.lazy_roots and not self.stack:
             self._adopt_materialised()
@@ -534,7 +536,7 @@ class TorchRecorder(Instrumentation):
             return
         phase = _phase_now()
         for slot, t in enumerate(tensors_of(output)):
-            self._add(phase, Kind.OUTPUT, name, t, slot)
+            self._add(phase, Kind.OUTPUT, name, t, slot, True, note)
             if t.requires_grad and t.grad_fn is not None:
                 t.register_hook(_GradOfOutput(self, name, slot))
 

@@ -1,0 +1,45 @@
+"""A small MLP with hooks of its own: a forward pre-hook on ``2`` that scales its input and a
+forward hook on ``0`` that shifts its output. Seeded; SGD, 3 steps.
+
+    python tests/example_scripts/user_hooks.py [--plant pre|post]
+
+``--plant pre`` makes the pre-hook add 1e-6 at step 1, ``--plant post`` the forward hook:
+differences that arise in hook code, which runs after the recorder's own (global) hooks.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import nn
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--plant", choices=("pre", "post"), default=None)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    step = [0]
+
+    def planted(where: str) -> float:
+        return 1e-6 if args.plant == where and step[0] == 1 else 0.0
+
+    def scale_input(module: nn.Module, inputs: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
+        return (inputs[0] * 0.5 + planted("pre"),)
+
+    def shift_output(module: nn.Module, inputs: object, output: torch.Tensor) -> torch.Tensor:
+        return output + 0.1 + planted("post")
+
+    model[2].register_forward_pre_hook(scale_input)
+    model[0].register_forward_hook(shift_output)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step[0] in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(5, 4)).pow(2).mean().backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
