@@ -1,11 +1,25 @@
-"""Counts in the words users read (every report and the recorder's own lines).
+"""Counts and exit statuses in the words users read (every report and the recorder's lines).
 
 >>> counted(1, "step"), counted(1200, "record"), counted(2, "process", "processes")
 ('1 step', '1,200 records', '2 processes')
+>>> describe_status(137)
+'killed by SIGKILL (exit status 137)'
 """
 
 from __future__ import annotations
 
+import signal
+
 
 def counted(n: int, noun: str, plural: str = "") -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {plural or noun + 's'}"
+
+
+def describe_status(status: int) -> str:
+    """``exit status 0``, or ``killed by SIGKILL (exit status 137)``."""
+    if status > 128:
+        try:
+            return f"killed by {signal.Signals(status - 128).name} (exit status {status})"
+        except ValueError:
+            pass
+    return f"exit status {status}"

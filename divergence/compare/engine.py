@@ -23,6 +23,7 @@ from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
 from divergence.store.schema import Kind, Phase, parse_shape
+from divergence.wording import describe_status
 
 
 def compare_runs(
@@ -333,7 +334,8 @@ def _last_update_step(records: np.ndarray, window: int = 1 << 16) -> int:
 
 
 def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
-    """A run whose recording stopped early matches only as far as it was recorded: say so."""
+    """A run whose recording stopped early, or whose training failed, matches only as far as
+    it was recorded: say so."""
     notes = []
     for file_a, file_b in files:
         for which, file in (("A", file_a), ("B", file_b)):
@@ -342,6 +344,11 @@ def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
                 notes.append(
                     f"run {which} ({file.path.name}): recording stopped early "
                     f"({failure}); only what was recorded is compared"
+                )
+            if file.exit_status not in (None, 0):
+                notes.append(
+                    f"run {which} ({file.path.name}): the command ended: "
+                    f"{describe_status(file.exit_status)}; only what it recorded is compared"
                 )
     return notes
 

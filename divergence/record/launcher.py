@@ -23,7 +23,7 @@ import divergence
 from divergence.errors import RecordError
 from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
 from divergence.store.writer import mark_exit_status
-from divergence.wording import counted
+from divergence.wording import counted, describe_status
 
 BOOTSTRAP = Path(__file__).with_name("bootstrap") / "sitecustomize.py"
 PREFIX = "diverge: "
@@ -214,16 +214,6 @@ def _not_started(handshake: Path, status: int, command: list[str]) -> RecordErro
         f"{what}; nothing was recorded",
         hint="the command must start Python without -I, -E or -S, so that PYTHONPATH is read",
     )
-
-
-def describe_status(status: int) -> str:
-    """``exit status 0``, or ``killed by SIGKILL (exit status 137)``."""
-    if status > 128:
-        try:
-            return f"killed by {signal.Signals(status - 128).name} (exit status {status})"
-        except ValueError:
-            pass
-    return f"exit status {status}"
 
 
 def _short(path: Path) -> str:

@@ -236,3 +236,23 @@ def test_a_difference_made_in_a_module_s_own_hook_names_the_hook(record: Recorde
     assert (code, first["step"], first["kind"], first["location"]) == (1, 1, "input", "1")
     assert "or in a forward hook of `0`" in first["origin_text"]
     assert compare_json(plain, record("user_hooks.py", tag="again"))[0] == 0  # hooks repeat
+
+
+def test_runs_whose_command_failed_compare_with_a_note_saying_so(tmp_path: Path) -> None:
+    code = (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Linear(4, 2)\n"
+        "o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    m(torch.randn(3, 4)).sum().backward(); o.step(); o.zero_grad()\n"
+        "raise SystemExit(3)\n"
+    )
+    for run in ("a", "b"):
+        result = run_cli("record", "-o", str(tmp_path / run), "--", sys.executable, "-c", code)
+        assert result.returncode == 3, result.stderr
+    result = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("IDENTICAL")
+    notes = " ".join(result.stdout.split())
+    assert "run A (" in notes and "the command ended: exit status 3" in notes
