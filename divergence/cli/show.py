@@ -57,8 +57,8 @@ def _lines(s: object) -> list[str]:
     if a.skipped:
         prints = f"skipped: {a.skipped}"
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
-    if s.note:
-        lines.append(f"  call {s.note}")
+    if s.note:  # an op's call (JSON, for replay), or a detail of the record
+        lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")
     if s.numeric is not None:
         lines += [f"    {line}" for line in s.numeric.summary_lines()]
     return lines

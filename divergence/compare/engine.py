@@ -148,7 +148,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     first: Divergence | None = None
     if first_value is not None:
         first = _value_divergence(key, a, b, first_value)
-        first.rng_evidence = _rng_evidence(a, b, np.flatnonzero(rng_differs), first.step)
+        first.rng_evidence = _rng_evidence(a, np.flatnonzero(rng_differs), first.step)
     elif structure_end < n:
         first = _structure_divergence(key, a, b, structure_end)
     elif a.records.size != b.records.size or a.complete != b.complete:
@@ -183,32 +183,16 @@ def _string_mapping(source: RunFile, target: RunFile) -> np.ndarray:
     return mapping
 
 
-def _rng_evidence(a: RunFile, b: RunFile, rows: np.ndarray, step: int) -> list[str]:
-    """'torch.cpu from step 0': generators whose state differed at or before ``step``, unless
-    neither run drew from it up to the end of that step (its state the same at every step
-    start up to the next one's): an unseeded generator the training never uses."""
+def _rng_evidence(a: RunFile, rows: np.ndarray, step: int) -> list[str]:
+    """'torch.cpu from step 0': generators whose state differed at or before ``step``. (A state
+    that stays the same from step to step does not prove a generator unused: draws before the
+    first step, inside ``fork_rng`` or between ``set_rng_state`` calls leave it so.)"""
     seen: dict[str, int] = {}
     for row in rows:
         if int(a.records["step"][row]) > step:
             break
         seen.setdefault(a.strings[a.records["name"][row]], int(a.records["step"][row]))
-    return [f"{name} from step {first}" for name, first in seen.items() if _drawn(a, b, name, step)]
-
-
-def _drawn(a: RunFile, b: RunFile, name: str, step: int) -> bool:
-    """Whether either run's generator ``name`` changed state before the start of step
-    ``step + 1`` (True when that start was not recorded: it may have been drawn from)."""
-    records = a.records
-    name_id = a.strings.index(name)
-    rows = np.flatnonzero(
-        (records["kind"] == Kind.RNG_STATE)
-        & (records["name"] == name_id)
-        & (records["step"] <= step + 1)
-    )
-    rows = rows[rows < b.records.size]
-    if not rows.size or int(records["step"][rows[-1]]) != step + 1:
-        return True
-    return any(len(set(run.records["fp"][rows].tolist())) > 1 for run in (a, b))
+    return [f"{name} from step {first}" for name, first in seen.items()]
 
 
 def _refuse_mixed_algorithms(a: RunFile, b: RunFile, row: int) -> None:
@@ -345,11 +329,13 @@ def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
                     f"run {which} ({file.path.name}): recording stopped early "
                     f"({failure}); only what was recorded is compared"
                 )
-            if file.exit_status not in (None, 0):
-                notes.append(
-                    f"run {which} ({file.path.name}): the command ended: "
-                    f"{describe_status(file.exit_status)}; only what it recorded is compared"
-                )
+    for index, which in enumerate("AB"):  # the command's status, stored in each of its files
+        statuses = {s for pair in files if (s := pair[index].exit_status) is not None} - {0}
+        if statuses:
+            notes.append(
+                f"run {which}: the command ended: {describe_status(min(statuses))}; only what "
+                "it recorded is compared"
+            )
     return notes
 
 

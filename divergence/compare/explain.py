@@ -71,6 +71,10 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     elif kind == Kind.LOSS:
         divergence.origin = _has_kind(run, same_step, Kind.OUTPUT) or None
         divergence.origin_text = f"in the loss computation after {previous}"
+        hooks = _hooks_after(run, int(same_step[-1])) if same_step.size else ""
+        if hooks:  # that output was recorded before the model's own forward hooks ran
+            divergence.origin = None
+            divergence.origin_text += hooks
     else:
         divergence.origin_text = _origin_outside(kind, name, step)
 
@@ -136,13 +140,7 @@ def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np
         f"{_code(caller)}'s own forward code" if caller else "the training code, outside any module"
     )
     divergence.origin_text = f"in {where}, after {previous} and before it called {_code(name)}"
-    last = int(before[-1]) if before.size else None
-    if last is not None and _noted(run, last, BEFORE_HOOKS):
-        owner = _code(run.strings[records["name"][last]])
-        divergence.origin_text += (
-            f", or in a forward hook of {owner} (it has some: its output is recorded before they "
-            "run)"
-        )
+    divergence.origin_text += _hooks_after(run, int(before[-1])) if before.size else ""
 
 
 def _caller(run: RunFile, name: str, before: np.ndarray) -> str:
@@ -340,6 +338,24 @@ def _has_kind(run: RunFile, rows: np.ndarray, kind: Kind) -> bool:
 
 def _noted(run: RunFile, row: int, note: str) -> bool:
     return run.strings[run.records["note"][row]] == note
+
+
+def _hooks_after(run: RunFile, row: int) -> str:
+    """When record ``row`` was taken before hooks of its module's own ran (an output before
+    its forward hooks, an input before its pre-hooks), the words that name them as a place
+    the difference after it can come from; else ""."""
+    owner = _code(run.strings[run.records["name"][row]])
+    if _noted(run, row, BEFORE_HOOKS):
+        return (
+            f", or in a forward hook of {owner} (it has some: its output is recorded before they "
+            "run)"
+        )
+    if _noted(run, row, BEFORE_PRE_HOOKS):
+        return (
+            f", or in a forward pre-hook of {owner} (it has some: its inputs are recorded before "
+            "they run)"
+        )
+    return ""
 
 
 def _describe(run: RunFile, row: int) -> str:

@@ -229,13 +229,21 @@ def test_a_difference_made_in_a_module_s_own_hook_names_the_hook(record: Recorde
     first = report["first_divergence"]
     assert (code, first["step"], first["kind"], first["location"]) == (1, 1, "output", "2")
     assert "or in a forward pre-hook of `2`" in first["origin_text"]
-    # python's and numpy's generators are unseeded (their states differ) but never drawn from
-    assert first["rng_evidence"] == [] and first["cause"] != "rng"
     code, report = compare_json(plain, record("user_hooks.py", "--plant", "post"))
     first = report["first_divergence"]
     assert (code, first["step"], first["kind"], first["location"]) == (1, 1, "input", "1")
     assert "or in a forward hook of `0`" in first["origin_text"]
+    code, report = compare_json(plain, record("user_hooks.py", "--plant", "root_pre"))
+    first = report["first_divergence"]
+    assert (code, first["step"], first["kind"], first["location"]) == (1, 1, "input", "0")
+    assert "or in a forward pre-hook of `Sequential`" in first["origin_text"]
+    code, report = compare_json(plain, record("user_hooks.py", "--plant", "root_post"))
+    first = report["first_divergence"]
+    assert (code, first["step"], first["kind"], first["origin"]) == (1, 1, "loss", None)
+    assert "or in a forward hook of `Sequential`" in first["origin_text"]
     assert compare_json(plain, record("user_hooks.py", tag="again"))[0] == 0  # hooks repeat
+    shown = run_cli("show", str(plain), "--step", "0", "--probe", "0")
+    assert "  taken before the module's own forward hooks" in shown.stdout, shown.stderr
 
 
 def test_runs_whose_command_failed_compare_with_a_note_saying_so(tmp_path: Path) -> None:
@@ -255,4 +263,5 @@ def test_runs_whose_command_failed_compare_with_a_note_saying_so(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("IDENTICAL")
     notes = " ".join(result.stdout.split())
-    assert "run A (" in notes and "the command ended: exit status 3" in notes
+    assert notes.count("the command ended: exit status 3") == 2  # one note a run
+    assert "run A: the command ended: exit status 3" in notes

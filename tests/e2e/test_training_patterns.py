@@ -54,6 +54,8 @@ def test_a_pattern_repeats_identically_and_keeps_its_bits(tmp_path: Path, patter
         assert sorted(names_of(run, Kind.PARAM, Phase.INIT)) == params
         assert sorted(set(names_of(run, Kind.PARAM_GRAD))) == params
         assert len(names_of(run, Kind.PARAM_GRAD)) == 3 * len(params)
+    if pattern == "traced":  # the trace and its check call modules: never a model call
+        assert not [name for name in names_of(run, Kind.OUTPUT) if "#" in name]
     if pattern == "max_norm":  # the evaluation's renormalisation: a write seen at the next call
         assert names_of(run, Kind.PARAM, Phase.FORWARD) == ["embed.weight"] * 2
     if pattern == "ema":  # the average is a second root of its own, its weights written in place

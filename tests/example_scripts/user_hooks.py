@@ -1,10 +1,12 @@
-"""A small MLP with hooks of its own: a forward pre-hook on ``2`` that scales its input and a
-forward hook on ``0`` that shifts its output. Seeded; SGD, 3 steps.
+"""A small MLP with hooks of its own: a forward pre-hook on ``2`` that scales its input, a
+forward hook on ``0`` that shifts its output, and the same two on the model itself. Seeded; SGD,
+3 steps.
 
-    python tests/example_scripts/user_hooks.py [--plant pre|post]
+    python tests/example_scripts/user_hooks.py [--plant pre|post|root_pre|root_post]
 
-``--plant pre`` makes the pre-hook add 1e-6 at step 1, ``--plant post`` the forward hook:
-differences that arise in hook code, which runs after the recorder's own (global) hooks.
+``--plant pre`` makes the pre-hook on ``2`` add 1e-6 at step 1, ``post`` the forward hook on
+``0``, ``root_pre``/``root_post`` the model's: differences that arise in hook code, which runs
+after the recorder's own (global) hooks.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torch import nn
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--plant", choices=("pre", "post"), default=None)
+    p.add_argument("--plant", choices=("pre", "post", "root_pre", "root_post"), default=None)
     args = p.parse_args()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
@@ -26,14 +28,22 @@ def main() -> None:
     def planted(where: str) -> float:
         return 1e-6 if args.plant == where and step[0] == 1 else 0.0
 
-    def scale_input(module: nn.Module, inputs: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
-        return (inputs[0] * 0.5 + planted("pre"),)
+    def scale_input(where: str) -> object:
+        def hook(module: nn.Module, inputs: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
+            return (inputs[0] * 0.5 + planted(where),)
 
-    def shift_output(module: nn.Module, inputs: object, output: torch.Tensor) -> torch.Tensor:
-        return output + 0.1 + planted("post")
+        return hook
 
-    model[2].register_forward_pre_hook(scale_input)
-    model[0].register_forward_hook(shift_output)
+    def shift_output(where: str) -> object:
+        def hook(module: nn.Module, inputs: object, output: torch.Tensor) -> torch.Tensor:
+            return output + 0.1 + planted(where)
+
+        return hook
+
+    model[2].register_forward_pre_hook(scale_input("pre"))  # type: ignore[arg-type]
+    model[0].register_forward_hook(shift_output("post"))  # type: ignore[arg-type]
+    model.register_forward_pre_hook(scale_input("root_pre"))  # type: ignore[arg-type]
+    model.register_forward_hook(shift_output("root_post"))  # type: ignore[arg-type]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step[0] in range(3):
         optimizer.zero_grad()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -64,3 +65,37 @@ def test_a_model_takes_the_number_of_the_layer_it_absorbs(tmp_path: Path) -> Non
         *("0.weight", "0.bias", "2.weight", "2.bias"),
         *(f"Sequential#1.{i}.{p}" for i in (0, 1, 2) for p in ("weight", "bias")),
     }
+
+
+def test_a_scripted_model_is_recorded_by_its_parameter_paths(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    with divergence.Recorder(tmp_path / "run") as recorder:
+        model = torch.jit.script(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1)))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            model(torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    assert recorder.session is not None and not recorder.session.failure
+    grads = set(names(tmp_path / "run", Kind.PARAM_GRAD, 1))
+    assert grads == {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+@pytest.mark.parametrize("granularity", ["module", "op"])
+def test_a_trace_taken_during_training_is_not_recorded(tmp_path: Path, granularity: str) -> None:
+    """``torch.jit.trace`` (and its check, which calls the module eagerly) in the middle of
+    training: its calls and ops are no part of the step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    example = torch.randn(3, 4)
+    with divergence.Recorder(tmp_path / "run", granularity=granularity):
+        for step in range(3):
+            if step == 1:
+                torch.jit.trace(model, example)
+            model(torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    (file,) = (tmp_path / "run").glob("*.h5")
+    steps = RunFile.open(file).records["step"]
+    assert (steps == 1).sum() == (steps == 2).sum()

@@ -196,7 +196,7 @@ class OpRecorder(OpZoom):
 
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         s = self.session
-        if self.paused or self.disabled or not s.recording:
+        if self.paused or self.disabled or not s.recording or self.recorder.jit_tracing:
             return func(*args, **kwargs)
         view, plan = False, None
         try:

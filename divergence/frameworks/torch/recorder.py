@@ -146,6 +146,7 @@ class TorchRecorder(Instrumentation):
         # called with the innermost running module's name whenever it changes (op level)
         self.module_listeners: list[Callable[[str], None]] = []
         self.compiled_depth = 0  # torch.compile regions running: nothing inside is recorded
+        self.jit_tracing = 0  # torch.jit.trace calls running: nothing inside is recorded
         # optimizers stepped inside compiled code since the last look (see _step_post_hook);
         # never replaced by another list: compiled code appends to this one
         self.compiled_steps: list[torch.optim.Optimizer] = []
@@ -164,6 +165,8 @@ class TorchRecorder(Instrumentation):
             torch, "compile", wrap_compile(self.guard(self.enter_compiled), self.leave_compiled)
         )
         self.patch(torch.Tensor, "backward", self._wrap_backward)
+        for name in ("trace", "trace_module"):
+            self.patch(torch.jit, name, self._wrap_jit_trace)
         self.patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
         self.patch(torch, "manual_seed", functools.partial(self._wrap_seed, "torch.manual_seed"))
         self.patch(random, "seed", functools.partial(self._wrap_seed, "random.seed"))
@@ -184,7 +187,13 @@ class TorchRecorder(Instrumentation):
         """:meth:`guard` that does nothing while dynamo traces (see ``compiled.py``) or
         ``torch.jit.trace`` runs: a traced call is not training, and its checks compare the
         graphs of two traces, which the hooks' own calls would make differ."""
-        return self.guard(hook, unless=_tracing)
+        return self.guard(hook, unless=self.tracing)
+
+    def tracing(self) -> bool:
+        """Whether dynamo or the jit tracer runs, or a ``torch.jit.trace`` call (whose checks
+        call the module again eagerly, which would be recorded as a model call)."""
+        # is_compiling first: dynamo reads it as a constant and traces nothing after it
+        return torch.compiler.is_compiling() or bool(self.jit_tracing) or torch._C._is_tracing()
 
     def _step_post_hook(self) -> Callable[..., None]:
         """The optimizer step post hook. Inside compiled code (``torch.compile(optimizer.step)``,
@@ -272,9 +281,10 @@ class TorchRecorder(Instrumentation):
         fresh: list[tuple[str, torch.Tensor]] = []
         lazy: list[LazySlot] = []
         watched = self.watched.setdefault(root, {})
+        modules = dict(root.named_modules())  # (a scripted root has no get_submodule)
         for path, param in root.named_parameters():
             owner, _, key = path.rpartition(".")
-            module = root.get_submodule(owner)
+            module = modules[owner]
             if is_lazy(param):
                 lazy.append((weakref.ref(module), key, weakref.ref(param)))
                 continue
@@ -665,6 +675,19 @@ class TorchRecorder(Instrumentation):
 
         return backward
 
+    def _wrap_jit_trace(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def trace(*args: Any, **kwargs: Any) -> Any:
+            recorder.jit_tracing += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                recorder.jit_tracing -= 1
+
+        return trace
+
     def record_loss(self, tensor: torch.Tensor) -> None:
         if self.session.begin_event() and self.session.wants("loss"):
             self._add(Phase.BACKWARD, Kind.LOSS, "loss", tensor)
@@ -710,11 +733,6 @@ class _GradOfOutput:
             self.recorder.grad_of_output(self.name, self.slot, grad)
         except Exception as exc:
             self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
-
-
-def _tracing() -> bool:
-    # is_compiling first: dynamo reads it as a constant and never traces the C call after it
-    return torch.compiler.is_compiling() or torch._C._is_tracing()
 
 
 def _version_of(t: torch.Tensor) -> int:
