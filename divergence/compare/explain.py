@@ -114,11 +114,8 @@ def _explain_output(
         )
     else:
         divergence.origin_text = f"inside {_code(name)}'s forward: its inputs matched"
-    if any(_noted(run, i, BEFORE_PRE_HOOKS) for i in inputs if i >= call_start - 8):
-        divergence.origin_text += (
-            f", or in a forward pre-hook of {_code(name)} (it has some: its inputs are recorded "
-            "before they run)"
-        )
+    noted = [i for i in inputs if i >= call_start - 8 and _noted(run, i, BEFORE_PRE_HOOKS)]
+    divergence.origin_text += _hooks_after(run, noted[0]) if noted else ""
 
 
 def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np.ndarray) -> None:

@@ -155,8 +155,8 @@ class TorchRecorder(Instrumentation):
     def install(self) -> Callable[[], None]:
         s = self.session
         for handle in (
-            register_module_forward_pre_hook(self.eager_guard(self.before_forward)),
-            register_module_forward_hook(self.eager_guard(self.after_forward), always_call=True),
+            register_module_forward_pre_hook(self.module_guard(self.before_forward)),
+            register_module_forward_hook(self.module_guard(self.after_forward), always_call=True),
             register_optimizer_step_pre_hook(self.eager_guard(self.before_optimizer_step)),
             register_optimizer_step_post_hook(self._step_post_hook()),
         ):
@@ -184,9 +184,14 @@ class TorchRecorder(Instrumentation):
         return self.remove
 
     def eager_guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
-        """:meth:`guard` that does nothing while dynamo traces (see ``compiled.py``) or
-        ``torch.jit.trace`` runs: a traced call is not training, and its checks compare the
-        graphs of two traces, which the hooks' own calls would make differ."""
+        """:meth:`guard` that does nothing while dynamo traces (see ``compiled.py``)."""
+        return self.guard(hook, unless=torch.compiler.is_compiling)
+
+    def module_guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """:meth:`eager_guard` for the module hooks, which also do nothing while a
+        ``torch.jit.trace`` runs: a traced call is not training, and the trace's check compares
+        the graphs of two traces, which the hooks' own calls would make differ. (The other
+        hooks never fire under the tracer: it runs no backward and no optimizer.)"""
         return self.guard(hook, unless=self.tracing)
 
     def tracing(self) -> bool:
