@@ -88,7 +88,7 @@ class OpRecorder(OpZoom):
         self.active = False
         self.disabled = False  # a forked child (DataLoader worker) records no ops
         self.optimizer = ""  # class name of the optimizer whose step() is running
-        self.owners = NodeOwners(recorder.param_names)
+        self.owners = NodeOwners(recorder.params.names)
         self.regions = 0  # torch.compile regions running: the mode is popped meanwhile
         # keyed by id(op overload): overloads live as long as torch, and OpOverload.__hash__ is
         # Python code that every op would pay for twice

@@ -33,7 +33,6 @@ from torch.optim.optimizer import (
 )
 from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader
-from torch.utils.hooks import RemovableHandle
 
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch import distributed
@@ -52,6 +51,7 @@ from divergence.frameworks.torch.fingerprint import (
 )
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
+from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import BEFORE_HOOKS, BEFORE_PRE_HOOKS, Kind, Phase
@@ -96,15 +96,7 @@ def _leaf_tensors(leaf: object, depth: int) -> list[torch.Tensor]:
 
 # An uninitialised parameter where it was found: (its module, its key there, the parameter)
 LazySlot = tuple["weakref.ref[torch.nn.Module]", str, "weakref.ref[torch.Tensor]"]
-# A root's parameter, where it lives: (its module, its key there, its name). Never a weak
-# reference to the parameter itself: ``torch.utils.swap_tensors`` refuses a tensor that has one.
-Slot = tuple["weakref.ref[torch.nn.Module]", str, str]
-# ... and the id of the parameter adopted there: another object in the slot is a replacement
-# (a Parameter) or a stand-in for one call (torch.func.functional_call's tensors)
-Watched = tuple["weakref.ref[torch.nn.Module]", str, str, int]
 LazyRoot = tuple["weakref.ref[torch.nn.Module]", str, list[LazySlot]]
-# Where an adopted parameter was found: (its module, its key there)
-ParamSlot = tuple["weakref.ref[torch.nn.Module]", str]
 
 
 class TorchRecorder(Instrumentation):
@@ -115,21 +107,9 @@ class TorchRecorder(Instrumentation):
         self.module_names: weakref.WeakKeyDictionary[torch.nn.Module, str] = (
             weakref.WeakKeyDictionary()
         )
-        # Adopted parameters by id, and where each was found. Python reuses the id of a freed
-        # object (a model built again), so an entry stands only while its slot holds that
-        # parameter: checked at adoption, and stale entries are dropped once a root is freed.
-        self.param_names: dict[int, str] = {}
-        self.param_slots: dict[int, ParamSlot] = {}
-        self.grad_hooks: dict[int, RemovableHandle] = {}
+        self.params = ParameterBook(self.eager_guard(self.after_grad_accumulated))
         self.state_labels: dict[tuple[str, object], str] = {}
-        # each root's parameters, and every parameter's version counter when last recorded (or
-        # stepped): a write by other code than an optimizer step moves it
-        self.watched: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, str], Watched]]
-        self.watched = weakref.WeakKeyDictionary()
-        self.param_versions: dict[int, int] = {}
-        self.param_prints: dict[int, object] = {}  # fingerprint value of each one's last record
         self.stepping = 0  # optimizer steps running: LBFGS calls the model inside its own
-        self.frozen: list[Slot] = []  # parameters adopted with requires_grad=False
         # the live roots (model calls), each with its number and the prefix of its names
         # (`Label#N.`, none for number 0). Numbers count every root adopted, also freed ones,
         # so that names never depend on when the garbage collector ran.
@@ -154,6 +134,7 @@ class TorchRecorder(Instrumentation):
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
         s = self.session
+        self.undo.append(self.params.remove_hooks)
         for handle in (
             register_module_forward_pre_hook(self.module_guard(self.before_forward)),
             register_module_forward_hook(self.module_guard(self.after_forward), always_call=True),
@@ -268,14 +249,9 @@ class TorchRecorder(Instrumentation):
         absorbed = [ref for ref, _, _ in entries]
         modules = {id(m) for ref in absorbed if (r := ref()) is not None for m in r.modules()}
         self.roots = [entry for entry in self.roots if entry not in entries]
-        for ref in absorbed:
-            self.watched.pop(ref(), None)  # type: ignore[arg-type]
+        self.params.forget_modules(modules, [ref() for ref in absorbed])
         for module in [m for m in self.module_names if id(m) in modules]:
             del self.module_names[module]
-        for pid, (module_ref, _) in list(self.param_slots.items()):
-            if id(module_ref()) in modules:
-                del self.param_slots[pid]  # adopted again, under its new name (hooks kept)
-        self.frozen = [slot for slot in self.frozen if id(slot[0]()) not in modules]
         self.lazy_roots = [entry for entry in self.lazy_roots if id(entry[0]()) not in modules]
         return min(number for _, number, _ in entries)
 
@@ -285,7 +261,7 @@ class TorchRecorder(Instrumentation):
         materialises or replaces (they are adopted when the root's call returns)."""
         fresh: list[tuple[str, torch.Tensor]] = []
         lazy: list[LazySlot] = []
-        watched = self.watched.setdefault(root, {})
+        params = self.params
         modules = dict(root.named_modules())  # (a scripted root has no get_submodule)
         for path, param in root.named_parameters():
             owner, _, key = path.rpartition(".")
@@ -293,96 +269,15 @@ class TorchRecorder(Instrumentation):
             if is_lazy(param):
                 lazy.append((weakref.ref(module), key, weakref.ref(param)))
                 continue
-            if not self._adopted(param):
-                self._adopt_parameter(param, module, key, prefix + path)
+            if not params.adopted(param):
+                params.adopt(param, module, key, prefix + path)
                 fresh.append((prefix + path, param))
-            # every parameter the root reads, also one a submodule called alone adopted first
-            slot = (id(module), key)
-            if slot not in watched:
-                name = self.param_names[id(param)]
-                watched[slot] = (weakref.ref(module), key, name, id(param))
+            params.watch(root, module, key, param)
         if self.session.begin_event():
             for name, initial in fresh:
                 if self.session.wants(name):
                     self._add_param(Phase.INIT, name, initial, cached=True)
         return lazy
-
-    def _adopted(self, param: torch.Tensor) -> bool:
-        """Whether ``param`` itself was adopted: its id's entry was made for it (its slot
-        still holds it), not for a freed parameter whose id it now has."""
-        slot = self.param_slots.get(id(param))
-        module = None if slot is None else slot[0]()
-        return module is not None and _parameter_in(module, slot[1]) is param  # type: ignore[index]
-
-    def _adopt_parameter(
-        self, param: torch.Tensor, module: torch.nn.Module, key: str, name: str
-    ) -> None:
-        """Name a parameter found at ``module._parameters[key]`` and hook its gradient."""
-        pid = id(param)
-        self.param_names[pid] = name
-        self.param_slots[pid] = (weakref.ref(module), key)
-        self.param_versions[pid] = _version_of(param)
-        self.param_prints.pop(pid, None)
-        if not param.requires_grad:  # frozen (fine-tuning): hooked if it is unfrozen later
-            self.frozen.append((weakref.ref(module), key, name))
-        elif not self._hooked(param):
-            self._hook_gradient(param)
-
-    def _hooked(self, param: torch.Tensor) -> bool:
-        """Whether ``param`` carries our gradient hook (a parameter moved to another module
-        keeps it): the handle refers to the hook table the parameter owns."""
-        handle = self.grad_hooks.get(id(param))
-        hooks = getattr(param, "_post_accumulate_grad_hooks", None)
-        return handle is not None and hooks is not None and handle.hooks_dict_ref() is hooks
-
-    def _hook_gradient(self, param: torch.Tensor) -> None:
-        hook = param.register_post_accumulate_grad_hook(
-            self.eager_guard(self.after_grad_accumulated)
-        )
-        self.grad_hooks[id(param)] = hook
-        self.undo.append(hook.remove)
-
-    def _forget_freed_parameters(self) -> None:
-        """Once a root was freed: drop the entries of parameters no live root holds, so that a
-        new parameter given a freed one's id is not taken for it. One moved from a freed
-        module into a live root (``model[0].weight = old[0].weight``) takes its slot and name
-        there. A gradient hook is forgotten once its parameter is gone (its hook table with it)."""
-        held: dict[int, tuple[ParamSlot, str]] = {}
-        for ref, _, _ in self.roots:
-            root = ref()
-            slots = self.watched.get(root, {}) if root is not None else {}
-            for module_ref, key, name, _ in slots.values():
-                module = module_ref()
-                param = None if module is None else _parameter_in(module, key)
-                if param is not None:
-                    held.setdefault(id(param), ((module_ref, key), name))
-        for pid, (module_ref, key) in list(self.param_slots.items()):
-            if pid in held:
-                module = module_ref()
-                if module is None or id(_parameter_in(module, key)) != pid:  # moved
-                    self.param_slots[pid], self.param_names[pid] = held[pid]
-                continue
-            for table in (self.param_slots, self.param_names, self.param_versions):
-                table.pop(pid, None)
-            self.param_prints.pop(pid, None)
-        for pid, handle in list(self.grad_hooks.items()):
-            if handle.hooks_dict_ref() is None:
-                del self.grad_hooks[pid]
-
-    def _hook_unfrozen(self) -> None:
-        """Hook the gradients of frozen parameters that were unfrozen since (gradual
-        unfreezing): torch refuses a gradient hook on a tensor that does not require one."""
-        still_frozen: list[Slot] = []
-        for slot in self.frozen:
-            module = slot[0]()
-            param = None if module is None else _parameter_in(module, slot[1])
-            if param is None:
-                continue
-            if not param.requires_grad:
-                still_frozen.append(slot)
-            elif not self._hooked(param):  # (one adopted again keeps its hook)
-                self._hook_gradient(param)
-        self.frozen = still_frozen
 
     def _adopt_materialised(self) -> None:
         """After a root call: adopt the lazy parameters its forward has initialised. The root
@@ -401,12 +296,6 @@ class TorchRecorder(Instrumentation):
             if lazy:
                 still_lazy.append((ref, prefix, lazy))
         self.lazy_roots = still_lazy
-
-    def _param_name(self, param: torch.Tensor, optimizer: torch.optim.Optimizer, index: str) -> str:
-        name = self.param_names.get(id(param))
-        if name is None:
-            name = self.param_names[id(param)] = f"{type(optimizer).__name__}.{index}"
-        return name
 
     # --- fingerprints ---------------------------------------------------------------------
     def _add(
@@ -427,21 +316,19 @@ class TorchRecorder(Instrumentation):
 
     def _add_param(self, phase: Phase, name: str, param: torch.Tensor, cached: bool) -> None:
         """A parameter's record; its fingerprint is kept to tell a write from a version bump."""
-        self.param_prints[id(param)] = self._add(phase, Kind.PARAM, name, param, 0, cached).value
+        self.params.prints[id(param)] = self._add(phase, Kind.PARAM, name, param, 0, cached).value
 
     def _add_if_written(self, phase: Phase, name: str, param: torch.Tensor) -> None:
         """The record of a parameter whose version counter moved since it was last recorded
         or stepped, unless its bits are those of its last record: a write that changed
         nothing, or a version counter shared with other parameters (views of one flat buffer).
         Device fingerprints are pending: recorded."""
-        version = _version_of(param)
-        if version == self.param_versions.get(id(param)):
+        if not self.params.moved(param):
             return
-        self.param_versions[id(param)] = version
         if not self.session.wants(name) or not self.session.begin_event():
             return
         fingerprint = self.cache.get(param, cached=False)
-        last = self.param_prints.get(id(param))
+        last = self.params.prints.get(id(param))
         if isinstance(last, int) and fingerprint.value == last:
             return
         self.cache.put(param, fingerprint)
@@ -491,8 +378,8 @@ class TorchRecorder(Instrumentation):
                 self.settle_compiled_steps()
             s.root_forward()
             self._add_written_parameters(module)
-            if self.frozen:
-                self._hook_unfrozen()
+            if self.params.frozen:
+                self.params.hook_unfrozen()
         if not s.begin_event() or not s.wants(name):
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (phase, Kind.INPUT)
@@ -509,19 +396,7 @@ class TorchRecorder(Instrumentation):
         recorded call."""
         if self.stepping or not self.session.begin_event():
             return
-        watched = self.watched.get(root, {})
-        for slot, (module_ref, key, name, known) in watched.items():
-            module = module_ref()
-            param = None if module is None else _parameter_in(module, key)
-            if param is None:
-                continue
-            if id(param) != known:
-                if not isinstance(param, torch.nn.Parameter):
-                    continue  # a stand-in for this call (functional_call): not the parameter
-                watched[slot] = (module_ref, key, name, id(param))  # replaced: a write
-                if not self._adopted(param):
-                    self._adopt_parameter(param, module, key, name)  # type: ignore[arg-type]
-                    del self.param_versions[id(param)]  # (never recorded: a write)
+        for name, param in self.params.read_by(root):
             self._add_if_written(Phase.FORWARD, name, param)
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
@@ -532,7 +407,7 @@ class TorchRecorder(Instrumentation):
             return  # open a step of its own instead of continuing the first one's)
         for group in optimizer.param_groups:
             for param in group["params"]:
-                name = self.param_names.get(id(param))
+                name = self.params.names.get(id(param))
                 if name is not None:
                     self._add_if_written(Phase.BACKWARD, name, param)
 
@@ -596,7 +471,7 @@ class TorchRecorder(Instrumentation):
             self._add(Phase.BACKWARD, Kind.GRAD_OUTPUT, name, grad, slot)
 
     def after_grad_accumulated(self, param: torch.Tensor) -> None:
-        name = self.param_names.get(id(param))
+        name = self.params.names.get(id(param))
         s = self.session
         if name and param.grad is not None and s.begin_event() and s.wants(name):
             self._add(Phase.BACKWARD, Kind.PARAM_GRAD, name, param.grad)
@@ -604,17 +479,12 @@ class TorchRecorder(Instrumentation):
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
         self.stepping = max(self.stepping - 1, 0)
-        versions = self.param_versions
-        for group in optimizer.param_groups:  # (also outside --steps: a step is not a write)
-            for param in group["params"]:
-                versions[id(param)] = _version_of(param)
+        self.params.stepped(optimizer)  # (also outside --steps: a step is not a write)
         if s.begin_optimizer_event():
             state = optimizer.state
             for g, group in enumerate(optimizer.param_groups):
                 for i, param in enumerate(group["params"]):
-                    name = self.param_names.get(id(param)) or self._param_name(
-                        param, optimizer, f"group{g}.param{i}"
-                    )
+                    name = self.params.name_for_optimizer(param, optimizer, f"group{g}.param{i}")
                     if not s.wants(name):
                         continue
                     # Past the cache: an optimizer writing through ``param.data`` changes the
@@ -652,7 +522,7 @@ class TorchRecorder(Instrumentation):
         self.stepped_this_step.clear()
         if any(entry[0]() is None for entry in self.roots):
             self.roots = [entry for entry in self.roots if entry[0]() is not None]
-            self._forget_freed_parameters()
+            self.params.forget_freed(r for ref, _, _ in self.roots if (r := ref()) is not None)
         for name, fingerprint in rng_fingerprints(self.host_generators):
             if session.wants(name):
                 session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
@@ -740,28 +610,12 @@ class _GradOfOutput:
             self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
 
 
-def _version_of(t: torch.Tensor) -> int:
-    try:
-        return int(t._version)
-    except RuntimeError:  # an inference tensor has no version counter
-        return -1
-
-
 def _still_lazy(slot: LazySlot) -> bool:
     """Whether a lazy parameter is still in its module, uninitialised."""
     module, key, param = slot[0](), slot[1], slot[2]()
     if module is None or param is None or not is_lazy(param):
         return False
-    return _parameter_in(module, key) is param
-
-
-def _parameter_in(module: torch.nn.Module, key: str) -> torch.Tensor | None:
-    """``module._parameters[key]``, or None (a scripted module's is a wrapper without
-    ``get``)."""
-    try:
-        return module._parameters[key]
-    except (KeyError, RuntimeError):
-        return None
+    return parameter_in(module, key) is param
 
 
 def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
