@@ -41,12 +41,9 @@ def compare(
 
         click.echo(json.dumps(comparison_json(comparison), indent=2))
     else:
-        from rich.console import Console
+        from divergence.report.terminal import ComparisonReport, print_report
 
-        from divergence.report.terminal import WIDTH, ComparisonReport
-
-        console = Console(width=width or min(Console().width, WIDTH), highlight=False)
-        console.print(ComparisonReport(comparison))
+        print_report(ComparisonReport(comparison), width)
     return int(code)
 
 

@@ -53,11 +53,8 @@ def hunt(
 
         click.echo(json.dumps(hunt_json(result), indent=2))
     else:
-        from rich.console import Console
-
         from divergence.report.hunt import HuntReport
-        from divergence.report.terminal import WIDTH
+        from divergence.report.terminal import print_report
 
-        console = Console(width=width or min(Console().width, WIDTH), highlight=False)
-        console.print(HuntReport(result))
+        print_report(HuntReport(result), width)
     return int(ExitCode.DIVERGED if result.diverged else ExitCode.IDENTICAL)

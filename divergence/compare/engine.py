@@ -148,7 +148,10 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     first: Divergence | None = None
     if first_value is not None:
         first = _value_divergence(key, a, b, first_value)
-        first.rng_evidence = _rng_evidence(a, np.flatnonzero(rng_differs), first.step)
+        evidence = _rng_evidence(a, np.flatnonzero(rng_differs), first.step)
+        undrawn = _never_drawn(a, first.step) & _never_drawn(b, first.step)
+        first.rng_evidence = [e for e in evidence if e.split(" ")[0] not in undrawn]
+        first.rng_undrawn = [e.split(" ")[0] for e in evidence if e.split(" ")[0] in undrawn]
     elif structure_end < n:
         first = _structure_divergence(key, a, b, structure_end)
     elif a.records.size != b.records.size or a.complete != b.complete:
@@ -195,6 +198,29 @@ def _rng_evidence(a: RunFile, rows: np.ndarray, step: int) -> list[str]:
     return [f"{name} from step {first}" for name, first in seen.items()]
 
 
+def _never_drawn(run: RunFile, step: int) -> set[str]:
+    """Host generators (python's, numpy's) ``run`` never drew from up to the end of ``step``:
+    each of their states recorded up to the start of step ``step + 1`` is the state the
+    process started with (``meta.rng_at_start``, known when ``diverge record`` started it).
+    Without a record at ``step + 1`` a draw late in ``step`` cannot be ruled out."""
+    at_start = run.meta.get("rng_at_start")
+    if not isinstance(at_start, dict):
+        return set()
+    records = run.records
+    rows = np.flatnonzero(records["kind"] == Kind.RNG_STATE)
+    names = np.array([run.strings[i] for i in records["name"][rows]], dtype=object)
+    steps, prints = records["step"][rows], records["fp"][rows]
+    undrawn: set[str] = set()
+    for name, text in at_start.items():
+        mine = names == name
+        if not (mine & (steps == step + 1)).any():
+            continue
+        upto = mine & (steps <= step + 1)
+        if (prints[upto] == np.uint64(int(str(text), 16))).all():
+            undrawn.add(name)
+    return undrawn
+
+
 def _refuse_mixed_algorithms(a: RunFile, b: RunFile, row: int) -> None:
     algo_a, algo_b = Algorithm(a.records["algo"][row]), Algorithm(b.records["algo"][row])
     raise IncomparableRunsError(
@@ -217,6 +243,7 @@ def probe_at(file: RunFile, row: int) -> Probe:
         shape=parse_shape(file.strings[r["shape"]], file.path),
         fingerprint=int(r["fp"]),
         skipped=file.strings[r["note"]] if r["status"] else "",
+        note=file.strings[r["note"]] if not r["status"] else "",
     )
 
 
@@ -271,11 +298,12 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
         shorter, which = (a, "A") if not a.complete else (b, "B")
     last = probe_at(shorter, n - 1) if n else None
     step = last.step + 1 if last else 0
+    common = n - int(np.searchsorted(shorter.step_ends, n))  # (step-end markers are no records)
     divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
     divergence.origin_text = (
         f"run {which} ends after {shorter.steps_complete} complete steps"
         f"{'' if shorter.complete else ' and was not closed (killed or crashed)'}; "
-        f"the other run has {longer.steps_complete}; all {n:,} common records match"
+        f"the other run has {longer.steps_complete}; all {common:,} common records match"
     )
     return divergence
 

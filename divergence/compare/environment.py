@@ -41,10 +41,16 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
 
 def _compared(key: str) -> bool:
     """Runs recorded before the recorder dropped Terraform's ``TF_*`` variables still hold them.
+    Generator states at the start differ whenever a generator is unseeded: the engine reads
+    them as evidence, they are no setting.
 
     >>> _compared("env.TF_CLI_CONFIG_FILE"), _compared("env.TF_ENABLE_ONEDNN_OPTS")
     (False, True)
+    >>> _compared("rng_at_start.python.random")
+    False
     """
+    if key.startswith("rng_at_start."):
+        return False
     return not key.startswith("env.") or matters(key[4:])
 
 

@@ -50,6 +50,10 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
                 f"flowing into {_code(name)} is computed there from matching inputs"
             ),
         )
+    elif kind == Kind.PARAM_GRAD and divergence.phase == Phase.OPTIMIZER.label:
+        _explain_edited_gradient(divergence, run, same_step)
+    elif kind == Kind.HYPERPARAM:
+        _explain_hyperparameter(divergence)
     elif kind == Kind.PARAM_GRAD:
         module = name.rsplit(".", 1)[0] if "." in name else name
         divergence.origin = _has(run, same_step, Kind.GRAD_OUTPUT, module) or None
@@ -65,8 +69,8 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True
         divergence.origin_text = (
-            f"in the optimizer update of {_code(name.split('/')[0])}: its "
-            "gradient and previous value matched"
+            f"in the optimizer update of {_code(name.split('/')[0])}: its gradient, "
+            "previous value and hyperparameters matched"
         )
     elif kind == Kind.LOSS:
         divergence.origin = _has_kind(run, same_step, Kind.OUTPUT) or None
@@ -77,6 +81,36 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
             divergence.origin_text += hooks
     else:
         divergence.origin_text = _origin_outside(kind, name, step)
+
+
+def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
+    """The gradient an optimizer step read, recorded because it was not the one the backward
+    left (see the recorder's ``before_optimizer_step``)."""
+    name = _code(divergence.location)
+    divergence.origin = True
+    if _has(run, same_step, Kind.PARAM_GRAD, divergence.location):
+        divergence.origin_text = (
+            f"between the backward and the optimizer step: code that edits gradients after "
+            f"backward() (clip_grad_norm_, clip_grad_value_, GradScaler.unscale_, a p.grad "
+            f"edit, a gradient hook or all-reduce) changed {name}'s gradient; the gradient the "
+            "backward left matched"
+        )
+    else:
+        divergence.origin_text = (
+            f"before the optimizer step: {name}'s gradient was set without a backward of this "
+            "step (p.grad assigned, torch.autograd.grad) or edited after one"
+        )
+
+
+def _explain_hyperparameter(divergence: Divergence) -> None:
+    """An optimizer setting: the record's note holds its value."""
+    a, b = divergence.a, divergence.b
+    values = f" ({a.note} in run A, {b.note} in run B)" if a and b and a.note and b.note else ""
+    divergence.origin = True
+    divergence.origin_text = (
+        f"in the optimizer's settings: {_code(divergence.location)} differs{values}; set by the "
+        "training code, its configuration, or a learning-rate scheduler"
+    )
 
 
 def _explain_output(
@@ -419,6 +453,13 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
         lines.append(
             f"`{d.facts['op']}` on {d.facts.get('device', 'cpu')}: inputs matched, "
             f"output {d.slot} did not"
+        )
+    elif d.kind == "hyperparam":
+        values = f": {d.a.note} vs {d.b.note}" if d.a and d.b and d.a.note and d.b.note else ""
+        lines.append(f"`{d.location}` differs at {where}{values}")
+    elif d.kind == "param_grad" and d.phase == "optimizer":
+        lines.append(
+            f"the gradient of `{d.location}` differs when the optimizer reads it, at {where}"
         )
     elif d.kind == "collective_out":
         lines.append(f"the collective `{d.location}` returned different bits at {where}")

@@ -28,6 +28,7 @@ class Probe:
     shape: tuple[int, ...]
     fingerprint: int
     skipped: str = ""
+    note: str = ""  # what the recorder noted (a hyperparameter's value, a hook warning)
 
     @property
     def label(self) -> str:
@@ -74,6 +75,8 @@ class Divergence:
     origin_text: str = ""
     matched_inputs: list[str] = field(default_factory=list)
     rng_evidence: list[str] = field(default_factory=list)  # generators that differed by then
+    # generators whose states differed but which neither run drew from by then (unseeded, unused)
+    rng_undrawn: list[str] = field(default_factory=list)
     cause: str = ""
     cause_text: str = ""
     numeric: Any = None  # compare.numeric.NumericDiff when both runs dumped the tensor

@@ -20,6 +20,9 @@ def start() -> None:
 
     session = activate(Session(config, config.output))
     attach(session)
+    # before any of the program's code runs: compare tells a generator never drawn from (each
+    # of its recorded states is this one) from one that was
+    session.note_host_generators()
     directory = os.environ.get(ENV_HANDSHAKE)
     if directory:
         hello = {"pid": os.getpid(), "argv": list(getattr(sys, "orig_argv", sys.argv))}

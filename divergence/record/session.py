@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import multiprocessing.util
 import os
 import sys
 import time
@@ -75,6 +76,9 @@ class Session:
         self.records_written = 0
         self.seeds: list[dict[str, Any]] = []
         self.rank: int | None = None  # the process group's rank, set by a framework adapter
+        # python's and numpy's generator states when the process started, by fingerprint
+        # (only when recording started before the program ran: `diverge record`)
+        self.host_generators_at_start: dict[str, str] = {}
         self.failure = ""
         self._start_time = time.time()
         self._reset_buffer()
@@ -289,7 +293,17 @@ class Session:
         for provider in self.metadata_providers:
             meta.update(provider())
         meta["seeds"] = self.seeds
+        if self.host_generators_at_start:
+            meta["rng_at_start"] = self.host_generators_at_start
         return meta
+
+    def note_host_generators(self) -> None:
+        """Remember python's and numpy's generator states now, as the process's start."""
+        from divergence.record.rng import host_rng_fingerprints  # (it imports this module)
+
+        self.host_generators_at_start = {
+            name: f"{fingerprint.value:016x}" for name, fingerprint in host_rng_fingerprints()
+        }
 
     def _report_progress(self) -> None:
         directory = os.environ.get(ENV_HANDSHAKE)
@@ -327,6 +341,8 @@ class Session:
         self._reset_buffer()
         self._strings, self._new_strings, self._shapes = {"": 0}, [], {}
         self._start_time = time.time()
+        if self.host_generators_at_start:  # the child starts from the parent's states now
+            self.note_host_generators()
 
 
 _active: Session | None = None
@@ -341,6 +357,7 @@ def activate(session: Session) -> Session:
     """Make ``session`` the process's recorder; it finishes at interpreter exit."""
     global _active
     _active = session
+    multiprocessing.util.register_after_fork(session, _finish_in_forked_process)
     return session
 
 
@@ -362,6 +379,19 @@ def _finish_active() -> None:
 def _forget_after_fork() -> None:
     if _active is not None:
         _active.forget_after_fork()
+
+
+def _finish_in_forked_process(session: Session) -> None:
+    """In a process multiprocessing forked (Hogwild training, a DataLoader worker): it leaves
+    through ``os._exit``, past ``atexit``, so its finalizers are its only exit hook. A process
+    that wrote steps closes its file there; one that wrote none (a worker whose transform is a
+    module) leaves no file, as at a kill."""
+
+    def finish() -> None:
+        if _active is session and session.writer is not None:
+            _finish_active()
+
+    multiprocessing.util.Finalize(None, finish, exitpriority=0)
 
 
 atexit.register(_finish_active)

@@ -41,6 +41,7 @@ def divergence_json(d: Divergence) -> dict[str, Any]:
         "origin_text": d.origin_text,
         "matched_inputs": d.matched_inputs,
         "rng_evidence": d.rng_evidence,
+        "rng_undrawn": d.rng_undrawn,
         "rank": d.process,
         "cause": d.cause,
         "cause_text": d.cause_text,

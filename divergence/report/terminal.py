@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Iterable, Iterator
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -30,7 +31,7 @@ class ComparisonReport:
         yield verdict(c)
         yield Text(f"  A {c.run_a}\n  B {c.run_b}", style="dim")
         for note in c.notes:
-            yield Text(f"  note: {note}", style="yellow")
+            yield Padding(Text(f"note: {note}", style="yellow"), (0, 0, 0, 2))
         if c.environment:
             yield section("Environment differences")
             yield environment_table(c)
@@ -52,6 +53,18 @@ class ComparisonReport:
             from divergence.report.ranks import ranks_sections
 
             yield from ranks_sections(c)
+
+
+def print_report(report: RenderableType, width: int | None = None) -> None:
+    """Print a report on stdout, at most :data:`WIDTH` columns: in colour on a terminal;
+    piped, as text without the spaces rich pads table rows with."""
+    console = Console(width=width or min(Console().width, WIDTH), highlight=False)
+    if console.is_terminal:
+        console.print(report)
+        return
+    with console.capture() as capture:
+        console.print(report)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in capture.get().splitlines()))
 
 
 def verdict(c: Comparison) -> Text:
@@ -116,7 +129,8 @@ def key_value_table(rows: Iterable[tuple[str, str]]) -> Table:
 
 def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
     yield "step", str(d.step)
-    yield "phase", d.phase
+    if d.reason != "length":  # (a run's end is no phase)
+        yield "phase", d.phase
     if d.a is not None and d.reason == "value":
         yield "probe", f"{d.a.label}  {d.a.type_text}"
         if d.b is not None and d.b.type_text != d.a.type_text:
@@ -135,6 +149,8 @@ def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
             yield "inputs", ", ".join(d.matched_inputs) + " (matched)"
         if d.rng_evidence:
             yield "rng", "state differed: " + ", ".join(d.rng_evidence)
+        if d.rng_undrawn:
+            yield "rng", f"{', '.join(d.rng_undrawn)}: unseeded but never drawn from by then"
     elif d.a is not None and d.b is not None:
         yield "run A", f"{d.a.label} ({d.a.phase}, step {d.a.step})"
         yield "run B", f"{d.b.label} ({d.b.phase}, step {d.b.step})"
@@ -147,18 +163,24 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
     first = p.first
     assert first is not None
     loss = (
-        f"from step {prop.first_loss_difference_step}"
+        f"differs from step {prop.first_loss_difference_step}"
         if prop.first_loss_difference_step is not None
-        else "never (in the recorded steps)"
+        else "never differs (in the recorded steps)"
     )
     in_first = prop.differing_in_first_step
     return [
         f"{counted(in_first, 'record')} {'differs' if in_first == 1 else 'differ'} in step "
         f"{first.step}, {prop.differing_records:,} in all, over "
         f"{counted(prop.steps_with_differences, 'step')}",
-        f"loss differs {loss}",
-        f"parameters after step {prop.final_step}: {prop.final_params_differing} of "
-        f"{prop.final_params_total} differ",
+        f"loss {loss}",
+        *(
+            [
+                f"parameters after step {prop.final_step}: {prop.final_params_differing} of "
+                f"{prop.final_params_total} differ"
+            ]
+            if prop.final_params_total
+            else []  # (no optimizer step in the compared records)
+        ),
     ]
 
 

@@ -70,6 +70,7 @@ class Kind(IntEnum):
     COLLECTIVE_IN = 14
     COLLECTIVE_OUT = 15
     COMPILED = 16  # a torch.compile region was entered here: its inside is not observed
+    HYPERPARAM = 17  # an optimizer hyperparameter (lr, betas...) of a param group at its step
     STEP_END = 255
 
     @property

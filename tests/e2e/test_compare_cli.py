@@ -89,6 +89,72 @@ def test_unseeded_initialisation_is_classified(record: Recorder) -> None:
     assert first["cause"] == "initialisation"
 
 
+def test_a_learning_rate_read_from_a_config_is_named_with_both_values(record: Recorder) -> None:
+    """The same command, another learning rate (a config file, here the environment): the
+    first difference is the optimizer setting itself, with both values, not an update whose
+    inputs matched (which read as a nondeterministic kernel)."""
+    a = record("mlp.py", env={"MLP_LR": "0.1"})
+    b = record("mlp.py", env={"MLP_LR": "0.1000001"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and report["environment_differences"] == []
+    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
+        0, "optimizer", "hyperparam", "SGD.group0.lr",
+    )  # fmt: skip
+    assert (first["a"]["note"], first["b"]["note"]) == ("0.1", "0.1000001")
+    assert "(0.1 in run A, 0.1000001 in run B)" in first["origin_text"]
+    assert first["cause"] == "configuration"
+
+
+def test_gradients_changed_between_backward_and_step_are_named(record: Recorder) -> None:
+    """Clipping with another max_norm: the gradients the backward left match, those the
+    optimizer reads do not; the report says so instead of blaming the update."""
+    a = record("mlp.py", env={"MLP_CLIP": "0.5"})
+    b = record("mlp.py", env={"MLP_CLIP": "0.25"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
+        0, "optimizer", "param_grad", "fc1.weight",
+    )  # fmt: skip
+    assert (
+        first["origin"] is True
+        and "the gradient the backward left matched" in (first["origin_text"])
+    )
+    assert first["cause"] == "gradients"
+
+
+def test_gradients_are_recorded_again_only_when_changed_after_the_backward(
+    record: Recorder,
+) -> None:
+    """Without clipping, the optimizer reads the gradients the backward left: no second
+    record. With it (``clip_grad_norm_`` scales every gradient in place), one per parameter."""
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind, Phase
+
+    def read_gradients(run: Path) -> int:
+        records = Run.open(run).processes[0].load().records
+        edited = (records["kind"] == Kind.PARAM_GRAD) & (records["phase"] == Phase.OPTIMIZER)
+        return int(edited.sum())
+
+    assert read_gradients(record("mlp.py", tag="a")) == 0
+    assert read_gradients(record("mlp.py", env={"MLP_CLIP": "0.5"})) == 6 * 6  # steps, params
+
+
+def test_unseeded_generators_never_drawn_from_are_no_suspects(record: Recorder) -> None:
+    """python's and numpy's generators left unseeded differ between any two runs; when
+    neither run drew from them they are listed as such, not as evidence for an rng cause."""
+    env = {"MLP_UNSEEDED_HOST": "1"}
+    a = record("mlp.py", env={**env, "MLP_CLIP": "0.5"})
+    b = record("mlp.py", env={**env, "MLP_CLIP": "0.25"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and report["environment_differences"] == []
+    assert first["rng_evidence"] == []
+    assert first["rng_undrawn"] == ["python.random", "numpy.random"]
+    assert first["cause"] == "gradients"
+
+
 def test_thread_count_divergence_names_the_environment(record: Recorder) -> None:
     # Linear(1024, 1024) with batch 32: wide enough that 1 and 2 threads sum in another order
     a = record("mlp.py", "--hidden", "1024", "--threads", "1")

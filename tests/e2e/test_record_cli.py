@@ -179,6 +179,24 @@ def test_child_processes_are_recorded_and_workers_leave_no_file(tmp_path: Path) 
     assert len(h5_files(tmp_path / "workers")) == 1
 
 
+def test_forked_training_processes_close_their_files_and_a_forked_worker_leaves_none(
+    tmp_path: Path,
+) -> None:
+    """Processes multiprocessing forks leave through ``os._exit``: those that trained close
+    their files all the same (not "killed or crashed"); the DataLoader worker, whose transform
+    is a module, never stepped and leaves no file. (The parent records the batches it drew.)"""
+    out = tmp_path / "run"
+    script = str(SCRIPTS / "hogwild.py")
+    result = run_cli("record", "-o", str(out), "--", sys.executable, script)
+    assert result.returncode == 0, result.stderr
+    info = json.loads(run_cli("info", "--json", str(out)).stdout)
+    processes = [(p["meta"]["process_index"], p["steps"], p["complete"]) for p in info["processes"]]
+    assert processes == [([], 1, True), ([2], 2, True), ([3], 2, True)]  # ([1]: the worker)
+    assert set(info["processes"][0]["kinds"]) == {"rng_state", "batch"}
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True)
+    assert plain.stdout.split()[-1] in result.stdout  # the same final parameters
+
+
 def test_steps_and_include_limit_what_is_recorded(tmp_path: Path) -> None:
     out = tmp_path / "r"
     result = run_cli(

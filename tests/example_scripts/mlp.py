@@ -16,6 +16,11 @@ Perturbation flags (each is off by default; a run without them is bit-identical 
   --kill-step K     SIGKILL this process right after optimizer.step() of step K.
 Other flags: --steps, --seed, --threads, --no-optimizer, --accumulate, --unseeded-init,
 --optimizer {sgd,adam}, --out.
+
+Settings a config file would hold, read from the environment (so the command lines match):
+  MLP_LR=X            the learning rate (default 0.1 for SGD, 1e-2 for Adam)
+  MLP_CLIP=X          clip_grad_norm_(max_norm=X) between backward() and step()
+  MLP_UNSEEDED_HOST=1 leave python's and numpy's generators unseeded (neither is drawn from)
 """
 
 from __future__ import annotations
@@ -139,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
+    if not os.environ.get("MLP_UNSEEDED_HOST"):
+        random.seed(args.seed)
+        np.random.seed(args.seed)
     torch.manual_seed(args.seed)
 
     if args.unseeded_init:
@@ -170,10 +176,13 @@ def main(argv: list[str] | None = None) -> int:
                 loss = loss_fn(model(x), y)
                 print(f"step {step} loss {loss.item():.8f}", flush=True)
     else:
+        clip = float(os.environ.get("MLP_CLIP", "0"))
         if args.optimizer == "adam":
-            opt: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+            lr = float(os.environ.get("MLP_LR", "1e-2"))
+            opt: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         else:
-            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            lr = float(os.environ.get("MLP_LR", "0.1"))
+            opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         model.train()
         for step in range(args.steps):
             opt.zero_grad()
@@ -182,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                 x, y = next(data)
                 loss = loss_fn(model(x), y) / args.accumulate
                 loss.backward()
+            if clip:
+                nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
             opt.step()
             if args.kill_step is not None and step == args.kill_step:
                 print(f"step {step}: killing myself with SIGKILL", flush=True)

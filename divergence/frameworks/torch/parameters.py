@@ -48,6 +48,9 @@ class ParameterBook:
         self.slots: dict[int, ParamSlot] = {}
         self.versions: dict[int, int] = {}
         self.prints: dict[int, object] = {}
+        # each one's gradient when last recorded: (id, version, address); never a weak
+        # reference (``torch.utils.swap_tensors`` swaps gradients too, and refuses those)
+        self.grads: dict[int, tuple[int, int, int]] = {}
         self.grad_hooks: dict[int, RemovableHandle] = {}
         self.frozen: list[Slot] = []  # adopted with requires_grad=False
         self.watched: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, str], Watched]]
@@ -122,6 +125,20 @@ class ParameterBook:
         self.versions[id(param)] = version
         return True
 
+    def grad_recorded(self, param: torch.Tensor) -> None:
+        """Note the gradient ``param.grad`` holds now as recorded."""
+        grad = param.grad
+        if grad is not None:
+            self.grads[id(param)] = (id(grad), version_of(grad), address_of(grad))
+
+    def grad_changed(self, param: torch.Tensor) -> bool:
+        """Whether ``param.grad`` is not the gradient last recorded: written since (clipping,
+        unscaling, ``p.grad.mul_()``), replaced, or never recorded (set without a backward)."""
+        grad = param.grad
+        if grad is None:
+            return False
+        return self.grads.get(id(param)) != (id(grad), version_of(grad), address_of(grad))
+
     def stepped(self, optimizer: torch.optim.Optimizer) -> None:
         """After an optimizer step: its writes are not writes by other code."""
         versions = self.versions
@@ -190,7 +207,7 @@ class ParameterBook:
                 if module is None or id(parameter_in(module, key)) != pid:  # moved
                     self.slots[pid], self.names[pid] = held[pid]
                 continue
-            for table in (self.slots, self.names, self.versions):
+            for table in (self.slots, self.names, self.versions, self.grads):
                 table.pop(pid, None)
             self.prints.pop(pid, None)
         for pid, handle in list(self.grad_hooks.items()):
@@ -203,6 +220,14 @@ def version_of(t: torch.Tensor) -> int:
         return int(t._version)
     except RuntimeError:  # an inference tensor has no version counter
         return -1
+
+
+def address_of(t: torch.Tensor) -> int:
+    """``t.data_ptr()``, or 0 for a tensor without one (sparse)."""
+    try:
+        return int(t.data_ptr())
+    except RuntimeError:
+        return 0
 
 
 def parameter_in(module: torch.nn.Module, key: str) -> torch.Tensor | None:

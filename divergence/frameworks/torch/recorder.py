@@ -52,6 +52,7 @@ from divergence.frameworks.torch.fingerprint import (
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
+from divergence.record.hyperparameters import HyperparameterPrints
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import BEFORE_HOOKS, BEFORE_PRE_HOOKS, Kind, Phase
@@ -109,6 +110,11 @@ class TorchRecorder(Instrumentation):
         )
         self.params = ParameterBook(self.eager_guard(self.after_grad_accumulated))
         self.state_labels: dict[tuple[str, object], str] = {}
+        self.optimizer_labels: weakref.WeakKeyDictionary[torch.optim.Optimizer, str] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.optimizers_named: dict[str, int] = {}  # optimizers labelled, by type
+        self.hyperparameter_prints = HyperparameterPrints()
         self.stepping = 0  # optimizer steps running: LBFGS calls the model inside its own
         # the live roots (model calls), each with its number and the prefix of its names
         # (`Label#N.`, none for number 0). Numbers count every root adopted, also freed ones,
@@ -318,14 +324,21 @@ class TorchRecorder(Instrumentation):
         """A parameter's record; its fingerprint is kept to tell a write from a version bump."""
         self.params.prints[id(param)] = self._add(phase, Kind.PARAM, name, param, 0, cached).value
 
-    def _add_if_written(self, phase: Phase, name: str, param: torch.Tensor) -> None:
+    def _add_if_written(
+        self,
+        phase: Phase,
+        name: str,
+        param: torch.Tensor,
+        begin: Callable[[], bool] | None = None,
+    ) -> None:
         """The record of a parameter whose version counter moved since it was last recorded
         or stepped, unless its bits are those of its last record: a write that changed
         nothing, or a version counter shared with other parameters (views of one flat buffer).
-        Device fingerprints are pending: recorded."""
+        Device fingerprints are pending: recorded. ``begin`` opens the event (default
+        :meth:`Session.begin_event`)."""
         if not self.params.moved(param):
             return
-        if not self.session.wants(name) or not self.session.begin_event():
+        if not self.session.wants(name) or not (begin or self.session.begin_event)():
             return
         fingerprint = self.cache.get(param, cached=False)
         last = self.params.prints.get(id(param))
@@ -400,16 +413,29 @@ class TorchRecorder(Instrumentation):
             self._add_if_written(Phase.FORWARD, name, param)
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
-        """Parameters written between their last record and this step (a clamp or a manual
-        decay after the backward) are recorded before the update, in the backward phase."""
+        """Before the update: parameters written since their last record (a clamp or a manual
+        decay after the backward), in the backward phase; then the gradients the update reads
+        where they are not the ones recorded (changed after the backward by clipping,
+        unscaling or a ``p.grad`` edit; or set without one), in the optimizer phase. A second
+        optimizer stepping right after another continues its step
+        (:meth:`Session.begin_optimizer_event`)."""
         self.stepping += 1
-        if not self.session.recording:  # (not begin_event: a second optimizer's step would
-            return  # open a step of its own instead of continuing the first one's)
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                name = self.params.names.get(id(param))
-                if name is not None:
-                    self._add_if_written(Phase.BACKWARD, name, param)
+        s = self.session
+        if not s.recording:
+            return
+        names = self.params.names
+        stepped = [
+            (names[id(param)], param)
+            for group in optimizer.param_groups
+            for param in group["params"]
+            if id(param) in names
+        ]
+        for name, param in stepped:
+            self._add_if_written(Phase.BACKWARD, name, param, s.begin_optimizer_event)
+        for name, param in stepped:
+            if self.params.grad_changed(param) and s.wants(name) and s.begin_optimizer_event():
+                self._add(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, param.grad)
+                self.params.grad_recorded(param)
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if compiled_module(module) is not None:
@@ -475,6 +501,7 @@ class TorchRecorder(Instrumentation):
         s = self.session
         if name and param.grad is not None and s.begin_event() and s.wants(name):
             self._add(Phase.BACKWARD, Kind.PARAM_GRAD, name, param.grad)
+            self.params.grad_recorded(param)
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
@@ -482,7 +509,9 @@ class TorchRecorder(Instrumentation):
         self.params.stepped(optimizer)  # (also outside --steps: a step is not a write)
         if s.begin_optimizer_event():
             state = optimizer.state
+            label = self._optimizer_label(optimizer)
             for g, group in enumerate(optimizer.param_groups):
+                self._add_hyperparameters(f"{label}.group{g}", group)
                 for i, param in enumerate(group["params"]):
                     name = self.params.name_for_optimizer(param, optimizer, f"group{g}.param{i}")
                     if not s.wants(name):
@@ -498,6 +527,34 @@ class TorchRecorder(Instrumentation):
                 self._add_buffers()
         self.stepped_this_step.add(id(optimizer))
         s.optimizer_stepped()
+
+    def _optimizer_label(self, optimizer: torch.optim.Optimizer) -> str:
+        """``Adam``, and ``Adam#1`` for the second Adam the run steps."""
+        label = self.optimizer_labels.get(optimizer)
+        if label is None:
+            kind = type(optimizer).__name__
+            count = self.optimizers_named[kind] = self.optimizers_named.get(kind, 0) + 1
+            label = self.optimizer_labels[optimizer] = kind if count == 1 else f"{kind}#{count - 1}"
+        return label
+
+    def _add_hyperparameters(self, prefix: str, group: dict[str, Any]) -> None:
+        """A param group's numeric settings (``Adam.group0.lr``, ``.betas``, ...) as the update
+        used them; the record's note holds the value as text, for the report."""
+        s = self.session
+        for key, value in group.items():
+            if key == "params":
+                continue
+            if isinstance(value, torch.Tensor):  # (a tensor lr: capturable, fused)
+                fingerprint = self.cache.get(value, cached=False)
+                text = repr(value.item()) if value.is_cpu and value.numel() == 1 else ""
+            else:
+                known = self.hyperparameter_prints(value)
+                if known is None:
+                    continue
+                fingerprint, text = known
+            name = f"{prefix}.{key}"
+            if s.wants(name):
+                s.add(Phase.OPTIMIZER, Kind.HYPERPARAM, name, fingerprint, note=text)
 
     def _state_label(self, name: str, key: object) -> str:
         """``fc.weight/momentum_buffer`` (built once: read for every state tensor every step)."""
