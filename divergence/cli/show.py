@@ -18,7 +18,7 @@ from divergence.errors import ExitCode
 @click.argument("run", type=click.Path())
 @click.option("--against", type=click.Path(), default=None, help="Show run B's records too.")
 @click.option("--step", type=int, required=True, help="The step to show.")
-@click.option("--probe", "pattern", required=True, help="Glob over record names.")
+@click.option("--probe", "pattern", default="*", show_default=True, help="Glob over record names.")
 @click.option("--limit", type=int, default=200, show_default=True, help="At most this many.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.show/1).")
 def show(run: str, against: str | None, step: int, pattern: str, limit: int, as_json: bool) -> int:

@@ -18,6 +18,7 @@ from divergence.store.reader import RunFile
 from divergence.store.schema import (
     BEFORE_HOOKS,
     BEFORE_PRE_HOOKS,
+    EVAL_MODE,
     UNINITIALISED,
     WRITTEN_BUFFER,
     Kind,
@@ -31,6 +32,7 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     same_step = np.flatnonzero(records["step"][:row] == step)
     previous = _describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
     divergence.facts.update(_run_facts(run.meta))
+    divergence.facts["layout"] = _layout(divergence)
     if kind in (Kind.OP_OUTPUT, Kind.OP_INPUT):
         explain_op(divergence, run, row)
     elif kind in (Kind.OUTPUT, Kind.INPUT):
@@ -81,6 +83,11 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
             divergence.origin_text += hooks
     else:
         divergence.origin_text = _origin_outside(kind, name, step)
+        if kind == Kind.BATCH and _noted(run, row, EVAL_MODE):
+            divergence.origin_text += (
+                f"; the model was in eval mode: an evaluation or validation pass, run after "
+                f"step {step - 1}'s optimizer.step() if it came before this step's training"
+            )
 
 
 def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
@@ -215,6 +222,14 @@ def split_op_name(name: str) -> tuple[str, str]:
     outside any module has no module part."""
     module, _, op = name.rpartition("/")
     return module, op
+
+
+def _layout(divergence: Divergence) -> str:
+    """What differs besides the bits: ``"shape"``, ``"dtype"`` or ``"same"``."""
+    a, b = divergence.a, divergence.b
+    if a is None or b is None or (a.shape, a.dtype) == (b.shape, b.dtype):
+        return "same"
+    return "shape" if a.shape != b.shape else "dtype"
 
 
 def _run_facts(meta: dict[str, object]) -> dict[str, str]:
@@ -448,7 +463,11 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
     if d.kind == "param" and d.phase == "init":
         lines.append(f"parameter `{d.location}` differs at initialisation, before any step")
     elif d.kind == "batch":
-        lines.append(f"the batch `{d.location}` differs at {where}; every record before it matched")
+        evaluation = " (the model was in eval mode)" if d.a and d.a.note == EVAL_MODE else ""
+        lines.append(
+            f"the batch `{d.location}` differs at {where}{evaluation}; every record before it "
+            "matched"
+        )
     elif d.origin and d.facts.get("op"):
         lines.append(
             f"`{d.facts['op']}` on {d.facts.get('device', 'cpu')}: inputs matched, "

@@ -36,6 +36,7 @@ LIST_FIELDS = (
     "devices",
     "frameworks",
     "str_hashes",
+    "layouts",
 )
 COMPUTE_KINDS = (
     "output",
@@ -68,6 +69,7 @@ class Cause:
     devices: tuple[str, ...] = ()  # globs over the device type: "cuda", "cpu"
     frameworks: tuple[str, ...] = ()  # "torch", "tensorflow"
     str_hashes: tuple[str, ...] = ()  # "random" (PYTHONHASHSEED unset) or "fixed"
+    layouts: tuple[str, ...] = ()  # what differs besides the bits: "shape", "dtype" or "same"
     holds_for: str = ""
 
     def applies(
@@ -90,6 +92,7 @@ class Cause:
             and _holds(self.devices, facts.get("device", ""))
             and _holds(self.frameworks, facts.get("framework", ""))
             and _holds(self.str_hashes, facts.get("str_hash", ""))
+            and _holds(self.layouts, facts.get("layout", ""))
         )
 
 

@@ -66,7 +66,8 @@ def show_probes(
     if not rows:
         raise UsageError(
             f"no record of step {step} in {run} matches {pattern!r}",
-            hint="diverge info RUN lists the probes; globs like 'block.fc*' work",
+            hint="diverge show RUN --step N lists every record of a step; globs like "
+            "'block.fc*' work",
         )
     index_b = _keyed(file_b, step) if file_b is not None else {}
     keys_a = _keys(file_a, step)

@@ -114,6 +114,7 @@ UNINITIALISED = "uninitialised memory"  # how every such note starts (FORMAT.md)
 # Notes of a module's input and output records when the module has hooks of its own: torch runs
 # the recorder's global hooks first, so these records hold the values before those ran.
 BEFORE_PRE_HOOKS = "taken before the module's own forward pre-hooks, which can change it"
+EVAL_MODE = "the model was in eval mode (model.eval())"  # on its batch records
 BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace it"
 
 

@@ -134,7 +134,8 @@ class RunFileWriter:
         self._file = file
         self._records = RecordSpace(file, records, path)
         self._strings = file[STRINGS]
-        self.steps = 0
+        self.steps = 0  # distinct steps written
+        self._last_step: int | None = None
         self.bytes_dumped = 0
 
     @property
@@ -196,7 +197,9 @@ class RunFileWriter:
             self._file.flush()
         rows = block if isinstance(block, bytes) else block.tobytes()
         self._records.append(rows + step_end_row(step))
-        self.steps += 1
+        if step != self._last_step:  # (a second optimizer's block continues its step)
+            self.steps += 1
+            self._last_step = step
 
     def close(self, end: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
         """Write the clean-exit attributes and close. ``meta`` adds what was learnt after the

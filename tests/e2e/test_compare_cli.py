@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -153,6 +154,27 @@ def test_unseeded_generators_never_drawn_from_are_no_suspects(record: Recorder) 
     assert first["rng_evidence"] == []
     assert first["rng_undrawn"] == ["python.random", "numpy.random"]
     assert first["cause"] == "gradients"
+
+
+def test_an_evaluation_batch_is_named_as_one(record: Recorder) -> None:
+    """An evaluation pass after step 1's optimizer.step() is recorded at step 2's start; its
+    batch says the model was in eval mode, and the training records all match."""
+    a = record("eval_pass.py", tag="a")
+    b = record("eval_pass.py", env={"EVAL_SHIFT_AFTER": "1"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
+        2, "data", "batch", "Sequential",
+    )  # fmt: skip
+    assert "eval mode: an evaluation or validation pass, run after step 1's" in first["origin_text"]
+    assert "(the model was in eval mode)" in first["cause_text"]
+    training = record("eval_pass.py", tag="a")  # the same training: its batches are not noted
+    show = run_cli("show", str(training), "--step", "1", "--probe", "Sequential", "--json")
+    notes = [
+        r["a"]["note"] for r in json.loads(show.stdout)["records"] if r["a"]["kind"] == "batch"
+    ]
+    assert notes == ["the model was in eval mode (model.eval())", ""]  # step 0's evaluation
 
 
 def test_thread_count_divergence_names_the_environment(record: Recorder) -> None:

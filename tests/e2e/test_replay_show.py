@@ -42,3 +42,6 @@ def test_show_against_with_numeric_diff(record: Recorder) -> None:
     assert output["numeric"]["mismatched"] == 1
     text = run_cli("show", str(a), "--against", str(b), "--step", "0", "--probe", "block").stdout
     assert "output 0  block  float32 [32, 32]" in text and "Mismatched elements: 1 / 1024" in text
+    whole = run_cli("show", str(a), "--step", "0", "--limit", "100000", "--json")  # every record
+    names = {r["a"]["name"] for r in json.loads(whole.stdout)["records"]}
+    assert {"block", "block.fc", "block.fc.weight", "block/aten.bitwise_xor_.Scalar"} <= names

@@ -144,6 +144,16 @@ def test_empty_steps_and_big_values(tmp_path: Path) -> None:
     assert rf.complete
 
 
+def test_a_step_written_in_two_blocks_counts_once(tmp_path: Path) -> None:
+    """A second optimizer stepping right after the first appends its block to that step: the
+    writer's step count (the record summary, the file's end) counts steps, not blocks."""
+    w = RunFileWriter.create(tmp_path / "a.h5", meta={})
+    for step in (0, 0, 1):
+        w.append_step(step, np.zeros(0, dtype=RECORD_DTYPE), strings=[], dumps=[])
+    assert w.steps == 2
+    w.close({})
+
+
 def test_records_beyond_one_chunk(tmp_path: Path) -> None:
     path = tmp_path / "a.h5"
     w = RunFileWriter.create(path, meta={})

@@ -55,7 +55,7 @@ from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import HyperparameterPrints
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import BEFORE_HOOKS, BEFORE_PRE_HOOKS, Kind, Phase
+from divergence.store.schema import BEFORE_HOOKS, BEFORE_PRE_HOOKS, EVAL_MODE, Kind, Phase
 
 WRAPPERS = frozenset(
     {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
@@ -396,7 +396,10 @@ class TorchRecorder(Instrumentation):
         if not s.begin_event() or not s.wants(name):
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (phase, Kind.INPUT)
-        note = BEFORE_PRE_HOOKS if module._forward_pre_hooks else ""
+        if module._forward_pre_hooks:
+            note = BEFORE_PRE_HOOKS
+        else:  # an evaluation call (recorded at the next step's start: after optimizer.step())
+            note = EVAL_MODE if is_model and not module.training else ""
         self._add_all(phase, kind, name, _call_tensors(args, kwargs), note)
 
     def _add_written_parameters(self, root: torch.nn.Module) -> None:
