@@ -177,6 +177,20 @@ def test_an_evaluation_batch_is_named_as_one(record: Recorder) -> None:
     assert notes == ["the model was in eval mode (model.eval())", ""]  # step 0's evaluation
 
 
+def test_a_loader_generator_seeded_otherwise_shows_among_the_seeds(record: Recorder) -> None:
+    """``DataLoader(generator=torch.Generator().manual_seed(s))`` with another ``s``: no
+    seeding call differs, the epoch's base seed the loader drew does."""
+    a = record("mlp.py", env={"MLP_LOADER_SEED": "1"})
+    b = record("mlp.py", env={"MLP_LOADER_SEED": "2"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["kind"], first["location"]) == (0, "batch", "dataloader")
+    seeds = next(e for e in report["environment_differences"] if e["key"] == "seeds")
+    assert seeds["a"].startswith("DataLoader epoch base seed(") and seeds["a"] != seeds["b"]
+    assert first["cause"] == "seeds"
+
+
 def test_thread_count_divergence_names_the_environment(record: Recorder) -> None:
     # Linear(1024, 1024) with batch 32: wide enough that 1 and 2 threads sum in another order
     a = record("mlp.py", "--hidden", "1024", "--threads", "1")

@@ -21,6 +21,7 @@ Settings a config file would hold, read from the environment (so the command lin
   MLP_LR=X            the learning rate (default 0.1 for SGD, 1e-2 for Adam)
   MLP_CLIP=X          clip_grad_norm_(max_norm=X) between backward() and step()
   MLP_UNSEEDED_HOST=1 leave python's and numpy's generators unseeded (neither is drawn from)
+  MLP_LOADER_SEED=S   seed the DataLoader's generator with S (default: --seed)
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         make_data(args.seed),
         batch_size=BATCH,
         shuffle=True,
-        generator=torch.Generator().manual_seed(args.seed),
+        generator=torch.Generator().manual_seed(int(os.environ.get("MLP_LOADER_SEED", args.seed))),
         drop_last=True,
     )
     data = batches(loader)

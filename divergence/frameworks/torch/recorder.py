@@ -633,14 +633,27 @@ class TorchRecorder(Instrumentation):
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
             batch = original(iterator)
-            recorder.guard(recorder.record_batch)(batch)
+            recorder.guard(recorder.record_batch)(batch, iterator)
             return batch
 
         return __next__
 
-    def record_batch(self, batch: object) -> None:
+    def record_batch(self, batch: object, iterator: object = None) -> None:
+        if getattr(iterator, "_num_yielded", 0) == 1:  # an epoch's first batch
+            self._note_loader_seed(iterator)
         if self.session.begin_event() and self.session.wants("dataloader"):
             self._add_all(Phase.DATA, Kind.BATCH, "dataloader", tensors_of(batch))
+
+    def _note_loader_seed(self, iterator: object) -> None:
+        """The seed a DataLoader drew for the epoch from its ``generator=`` (or torch's), which
+        its shuffle and workers' seeds follow: a loader generator seeded otherwise, which no
+        seeding call shows (``Generator.manual_seed`` cannot be wrapped), shows here."""
+        seed = getattr(iterator, "_base_seed", None)
+        if isinstance(seed, int):
+            step = self.session.current_step
+            self.session.seeds.append(
+                {"call": "DataLoader epoch base seed", "seed": repr(seed), "step": step}
+            )
 
     def _wrap_seed(self, label: str, original: Callable[..., Any]) -> Callable[..., Any]:
         session = self.session
