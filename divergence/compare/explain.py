@@ -14,6 +14,7 @@ import numpy as np
 
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
+from divergence.record.hyperparameters import differing_settings
 from divergence.store.reader import RunFile
 from divergence.store.schema import (
     BEFORE_HOOKS,
@@ -110,14 +111,23 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
 
 
 def _explain_hyperparameter(divergence: Divergence) -> None:
-    """An optimizer setting: the record's note holds its value."""
-    a, b = divergence.a, divergence.b
-    values = f" ({a.note} in run A, {b.note} in run B)" if a and b and a.note and b.note else ""
+    """A param group's settings: the records' notes hold them as text."""
     divergence.origin = True
     divergence.origin_text = (
-        f"in the optimizer's settings: {_code(divergence.location)} differs{values}; set by the "
-        "training code, its configuration, or a learning-rate scheduler"
+        f"in the settings of {_code(divergence.location)}: {settings_difference(divergence)}; "
+        "set by the training code, its configuration, or a learning-rate scheduler"
     )
+
+
+def settings_difference(divergence: Divergence) -> str:
+    """``lr 0.1 in run A, 0.2 in run B`` for the first settings that differ (three at most)."""
+    a, b = divergence.a, divergence.b
+    differing = differing_settings(a.note, b.note) if a and b else []
+    if not differing:
+        return "they differ"
+    shown = [f"{key} {value_a} in run A, {value_b} in run B" for key, value_a, value_b in differing]
+    more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""
+    return "; ".join(shown[:3]) + more
 
 
 def _explain_output(
@@ -474,8 +484,7 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
             f"output {d.slot} did not"
         )
     elif d.kind == "hyperparam":
-        values = f": {d.a.note} vs {d.b.note}" if d.a and d.b and d.a.note and d.b.note else ""
-        lines.append(f"`{d.location}` differs at {where}{values}")
+        lines.append(f"the settings of `{d.location}` differ at {where}: {settings_difference(d)}")
     elif d.kind == "param_grad" and d.phase == "optimizer":
         lines.append(
             f"the gradient of `{d.location}` differs when the optimizer reads it, at {where}"

@@ -100,10 +100,10 @@ def test_a_learning_rate_read_from_a_config_is_named_with_both_values(record: Re
     first = report["first_divergence"]
     assert code == 1 and report["environment_differences"] == []
     assert (first["step"], first["phase"], first["kind"], first["location"]) == (
-        0, "optimizer", "hyperparam", "SGD.group0.lr",
+        0, "optimizer", "hyperparam", "SGD.group0",
     )  # fmt: skip
-    assert (first["a"]["note"], first["b"]["note"]) == ("0.1", "0.1000001")
-    assert "(0.1 in run A, 0.1000001 in run B)" in first["origin_text"]
+    assert first["a"]["note"].startswith("lr=0.1; momentum=0.9; dampening=0; ")
+    assert "`SGD.group0`: lr 0.1 in run A, 0.1000001 in run B; set by" in first["origin_text"]
     assert first["cause"] == "configuration"
 
 

@@ -52,7 +52,7 @@ from divergence.frameworks.torch.fingerprint import (
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
-from divergence.record.hyperparameters import HyperparameterPrints
+from divergence.record.hyperparameters import GroupSettings
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import BEFORE_HOOKS, BEFORE_PRE_HOOKS, EVAL_MODE, Kind, Phase
@@ -114,7 +114,7 @@ class TorchRecorder(Instrumentation):
             weakref.WeakKeyDictionary()
         )
         self.optimizers_named: dict[str, int] = {}  # optimizers labelled, by type
-        self.hyperparameter_prints = HyperparameterPrints()
+        self.group_settings = GroupSettings(torch.Tensor, self._tensor_setting, _tensor_text)
         self.stepping = 0  # optimizer steps running: LBFGS calls the model inside its own
         # the live roots (model calls), each with its number and the prefix of its names
         # (`Label#N.`, none for number 0). Numbers count every root adopted, also freed ones,
@@ -514,7 +514,10 @@ class TorchRecorder(Instrumentation):
             state = optimizer.state
             label = self._optimizer_label(optimizer)
             for g, group in enumerate(optimizer.param_groups):
-                self._add_hyperparameters(f"{label}.group{g}", group)
+                settings = f"{label}.group{g}"  # (lr, betas...: as this update used them)
+                if s.wants(settings):
+                    fingerprint, text = self.group_settings(group)
+                    s.add(Phase.OPTIMIZER, Kind.HYPERPARAM, settings, fingerprint, note=text)
                 for i, param in enumerate(group["params"]):
                     name = self.params.name_for_optimizer(param, optimizer, f"group{g}.param{i}")
                     if not s.wants(name):
@@ -540,24 +543,12 @@ class TorchRecorder(Instrumentation):
             label = self.optimizer_labels[optimizer] = kind if count == 1 else f"{kind}#{count - 1}"
         return label
 
-    def _add_hyperparameters(self, prefix: str, group: dict[str, Any]) -> None:
-        """A param group's numeric settings (``Adam.group0.lr``, ``.betas``, ...) as the update
-        used them; the record's note holds the value as text, for the report."""
-        s = self.session
-        for key, value in group.items():
-            if key == "params":
-                continue
-            if isinstance(value, torch.Tensor):  # (a tensor lr: capturable, fused)
-                fingerprint = self.cache.get(value, cached=False)
-                text = repr(value.item()) if value.is_cpu and value.numel() == 1 else ""
-            else:
-                known = self.hyperparameter_prints(value)
-                if known is None:
-                    continue
-                fingerprint, text = known
-            name = f"{prefix}.{key}"
-            if s.wants(name):
-                s.add(Phase.OPTIMIZER, Kind.HYPERPARAM, name, fingerprint, note=text)
+    def _tensor_setting(self, value: object) -> int:
+        """A tensor setting's fingerprint (a capturable or fused optimizer's learning rate);
+        0 on a device, where reading it would wait for the device."""
+        assert isinstance(value, torch.Tensor)
+        fingerprint = self.cache.get(value, cached=False).value if value.is_cpu else 0
+        return fingerprint if isinstance(fingerprint, int) else 0
 
     def _state_label(self, name: str, key: object) -> str:
         """``fc.weight/momentum_buffer`` (built once: read for every state tensor every step)."""
@@ -699,6 +690,12 @@ def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.T
 
 def _phase_now() -> Phase:
     return Phase.BACKWARD if torch._C._current_graph_task_id() >= 0 else Phase.FORWARD
+
+
+def _tensor_text(value: object) -> str:
+    """A CPU scalar tensor setting as text (``tensor(0.001)``); empty on a device (no sync)."""
+    assert isinstance(value, torch.Tensor)
+    return f"tensor({value.item()!r})" if value.is_cpu and value.numel() == 1 else ""
 
 
 def _by_key(item: tuple[object, object]) -> str:
