@@ -7,10 +7,24 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import SCRIPTS, Recorder, compare_json, run_cli
+
+
+def first_difference(a: Path, b: Path) -> dict[str, Any]:
+    """The first divergence of two runs that differ (compare exits 1)."""
+    code, report = compare_json(a, b)
+    assert code == 1, report["status"]
+    first: dict[str, Any] = report["first_divergence"]
+    return first
+
+
+def place(first: dict[str, Any]) -> tuple[int, str, str, str]:
+    """(step, phase, kind, location) of a divergence."""
+    return first["step"], first["phase"], first["kind"], first["location"]
 
 
 def test_identical_runs_exit_0(record: Recorder) -> None:
@@ -110,18 +124,12 @@ def test_a_learning_rate_read_from_a_config_is_named_with_both_values(record: Re
 def test_gradients_changed_between_backward_and_step_are_named(record: Recorder) -> None:
     """Clipping with another max_norm: the gradients the backward left match, those the
     optimizer reads do not; the report says so instead of blaming the update."""
-    a = record("mlp.py", env={"MLP_CLIP": "0.5"})
-    b = record("mlp.py", env={"MLP_CLIP": "0.25"})
-    code, report = compare_json(a, b)
-    first = report["first_divergence"]
-    assert code == 1
-    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
-        0, "optimizer", "param_grad", "fc1.weight",
-    )  # fmt: skip
-    assert (
-        first["origin"] is True
-        and "the gradient the backward left matched" in (first["origin_text"])
+    first = first_difference(
+        record("mlp.py", env={"MLP_CLIP": "0.5"}), record("mlp.py", env={"MLP_CLIP": "0.25"})
     )
+    assert place(first) == (0, "optimizer", "param_grad", "fc1.weight")
+    assert first["origin"] is True
+    assert "the gradient the backward left matched" in first["origin_text"]
     assert first["cause"] == "gradients"
 
 
@@ -160,17 +168,11 @@ def test_an_evaluation_batch_is_named_as_one(record: Recorder) -> None:
     """An evaluation pass after step 1's optimizer.step() is recorded at step 2's start; its
     batch says the model was in eval mode, and the training records all match."""
     a = record("eval_pass.py", tag="a")
-    b = record("eval_pass.py", env={"EVAL_SHIFT_AFTER": "1"})
-    code, report = compare_json(a, b)
-    first = report["first_divergence"]
-    assert code == 1
-    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
-        2, "data", "batch", "Sequential",
-    )  # fmt: skip
+    first = first_difference(a, record("eval_pass.py", env={"EVAL_SHIFT_AFTER": "1"}))
+    assert place(first) == (2, "data", "batch", "Sequential")
     assert "eval mode: an evaluation or validation pass, run after step 1's" in first["origin_text"]
     assert "(the model was in eval mode)" in first["cause_text"]
-    training = record("eval_pass.py", tag="a")  # the same training: its batches are not noted
-    show = run_cli("show", str(training), "--step", "1", "--probe", "Sequential", "--json")
+    show = run_cli("show", str(a), "--step", "1", "--probe", "Sequential", "--json")
     notes = [
         r["a"]["note"] for r in json.loads(show.stdout)["records"] if r["a"]["kind"] == "batch"
     ]
