@@ -250,9 +250,23 @@ def probe_at(file: RunFile, row: int) -> Probe:
 def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
     divergence = Divergence("value", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
+    divergence.occurrence = _occurrence(a, row)
     explain_origin(divergence, a, row)
     divergence.numeric = _numeric(a, b, row, pa)
     return divergence
+
+
+def _occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
+    """(k, n) when ``row``'s step holds n > 1 records of its probe (name, kind, slot, phase)
+    and it is the k-th; None for a probe recorded once in the step."""
+    records = run.records
+    lo, hi = np.searchsorted(records["step"], [records["step"][row], records["step"][row] + 1])
+    block, r = records[lo:hi], records[row]
+    same = block["name"] == r["name"]
+    for field in ("kind", "slot", "phase"):  # (a parameter's init and update are two probes)
+        same &= block[field] == r[field]
+    count = int(np.count_nonzero(same))
+    return (int(np.count_nonzero(same[: row - lo + 1])), count) if count > 1 else None
 
 
 def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:

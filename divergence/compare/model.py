@@ -74,6 +74,9 @@ class Divergence:
     origin: bool | None = None
     origin_text: str = ""
     matched_inputs: list[str] = field(default_factory=list)
+    # (k, n): the k-th of n records of this probe in its step (a module called n times: a
+    # recurrent cell in a loop, a siamese branch; a gradient accumulated n times); else None
+    occurrence: tuple[int, int] | None = None
     rng_evidence: list[str] = field(default_factory=list)  # generators that differed by then
     # generators whose states differed but which neither run drew from by then (unseeded, unused)
     rng_undrawn: list[str] = field(default_factory=list)

@@ -40,6 +40,7 @@ def divergence_json(d: Divergence) -> dict[str, Any]:
         "origin": d.origin,
         "origin_text": d.origin_text,
         "matched_inputs": d.matched_inputs,
+        "occurrence": list(d.occurrence) if d.occurrence else None,
         "rng_evidence": d.rng_evidence,
         "rng_undrawn": d.rng_undrawn,
         "rank": d.process,

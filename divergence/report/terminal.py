@@ -132,7 +132,7 @@ def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
     if d.reason != "length":  # (a run's end is no phase)
         yield "phase", d.phase
     if d.a is not None and d.reason == "value":
-        yield "probe", f"{d.a.label}  {d.a.type_text}"
+        yield "probe", f"{d.a.label}  {d.a.type_text}{occurrence_text(d)}"
         if d.b is not None and d.b.type_text != d.a.type_text:
             yield "run B", d.b.type_text
         fingerprint_b = f"{d.b.fingerprint:016x}" if d.b is not None else "-"
@@ -155,6 +155,17 @@ def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
         yield "run A", f"{d.a.label} ({d.a.phase}, step {d.a.step})"
         yield "run B", f"{d.b.label} ({d.b.phase}, step {d.b.step})"
     yield "where", d.origin_text
+
+
+def occurrence_text(d: Divergence) -> str:
+    """``  (call 3 of 5 in this step)`` for a probe recorded several times in its step."""
+    if d.occurrence is None:
+        return ""
+    what = "call" if d.kind in CALL_KINDS else "record"
+    return f"  ({what} {d.occurrence[0]} of {d.occurrence[1]} in this step)"
+
+
+CALL_KINDS = frozenset({"input", "output", "grad_output", "batch", "op_input", "op_output"})
 
 
 def propagation_lines(p: ProcessComparison) -> list[str]:
