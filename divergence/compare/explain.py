@@ -17,6 +17,7 @@ from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.record.hyperparameters import differing_settings
 from divergence.store.reader import RunFile
 from divergence.store.schema import (
+    BEFORE_BACKWARD_HOOKS,
     BEFORE_HOOKS,
     BEFORE_PRE_HOOKS,
     EVAL_MODE,
@@ -53,6 +54,8 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
                 f"flowing into {_code(name)} is computed there from matching inputs"
             ),
         )
+        grads = [int(i) for i in same_step if run.records["kind"][i] == Kind.GRAD_OUTPUT]
+        divergence.origin_text += _hooks_after(run, grads[-1]) if grads else ""
     elif kind == Kind.PARAM_GRAD and divergence.phase == Phase.OPTIMIZER.label:
         _explain_edited_gradient(divergence, run, same_step)
     elif kind == Kind.HYPERPARAM:
@@ -410,6 +413,11 @@ def _hooks_after(run: RunFile, row: int) -> str:
         return (
             f", or in a forward pre-hook of {owner} (it has some: its inputs are recorded before "
             "they run)"
+        )
+    if _noted(run, row, BEFORE_BACKWARD_HOOKS):
+        return (
+            f", or in a backward hook of {owner} (it has some: the gradient into its output is "
+            "recorded before they run)"
         )
     return ""
 

@@ -115,6 +115,10 @@ UNINITIALISED = "uninitialised memory"  # how every such note starts (FORMAT.md)
 # the recorder's global hooks first, so these records hold the values before those ran.
 BEFORE_PRE_HOOKS = "taken before the module's own forward pre-hooks, which can change it"
 EVAL_MODE = "the model was in eval mode (model.eval())"  # on its batch records
+# on the gradient into a module's output: torch runs its full backward hooks after it
+BEFORE_BACKWARD_HOOKS = (
+    "taken before the module's own backward hooks, which can change the gradient it passes on"
+)
 BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace it"
 
 

@@ -333,6 +333,7 @@ def test_a_batch_ordered_by_str_hashes_names_pythonhashseed(tmp_path: Path) -> N
         ("post", "input", "1", "a forward hook of `0`"),
         ("root_pre", "input", "0", "a forward pre-hook of `Sequential`"),
         ("root_post", "loss", "loss", "a forward hook of `Sequential`"),
+        ("backward", "grad_output", "1", "a backward hook of `2`"),
     ],
 )
 def test_a_difference_made_in_a_module_s_own_hook_names_the_hook(

@@ -1,12 +1,12 @@
 """A small MLP with hooks of its own: a forward pre-hook on ``2`` that scales its input, a
-forward hook on ``0`` that shifts its output, and the same two on the model itself. Seeded; SGD,
-3 steps.
+forward hook on ``0`` that shifts its output, the same two on the model itself, and a full
+backward hook on ``2`` that scales the gradient it passes on. Seeded; SGD, 3 steps.
 
-    python tests/example_scripts/user_hooks.py [--plant pre|post|root_pre|root_post]
+    python tests/example_scripts/user_hooks.py [--plant pre|post|root_pre|root_post|backward]
 
 ``--plant pre`` makes the pre-hook on ``2`` add 1e-6 at step 1, ``post`` the forward hook on
-``0``, ``root_pre``/``root_post`` the model's: differences that arise in hook code, which runs
-after the recorder's own (global) hooks.
+``0``, ``root_pre``/``root_post`` the model's, ``backward`` the backward hook on ``2``:
+differences that arise in hook code, which runs after the recorder's own hooks.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from torch import nn
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--plant", choices=("pre", "post", "root_pre", "root_post"), default=None)
+    plants = ("pre", "post", "root_pre", "root_post", "backward")
+    p.add_argument("--plant", choices=plants, default=None)
     args = p.parse_args()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
@@ -40,7 +41,13 @@ def main() -> None:
 
         return hook
 
+    def scale_gradient(
+        module: nn.Module, grad_input: tuple[torch.Tensor, ...], grad_output: object
+    ) -> tuple[torch.Tensor, ...]:
+        return (grad_input[0] * 0.5 + planted("backward"),)
+
     model[2].register_forward_pre_hook(scale_input("pre"))  # type: ignore[arg-type]
+    model[2].register_full_backward_hook(scale_gradient)  # type: ignore[arg-type]
     model[0].register_forward_hook(shift_output("post"))  # type: ignore[arg-type]
     model.register_forward_pre_hook(scale_input("root_pre"))  # type: ignore[arg-type]
     model.register_forward_hook(shift_output("root_post"))  # type: ignore[arg-type]

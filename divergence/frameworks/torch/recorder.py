@@ -55,7 +55,14 @@ from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import BEFORE_HOOKS, BEFORE_PRE_HOOKS, EVAL_MODE, Kind, Phase
+from divergence.store.schema import (
+    BEFORE_BACKWARD_HOOKS,
+    BEFORE_HOOKS,
+    BEFORE_PRE_HOOKS,
+    EVAL_MODE,
+    Kind,
+    Phase,
+)
 
 WRAPPERS = frozenset(
     {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
@@ -444,9 +451,12 @@ class TorchRecorder(Instrumentation):
         if compiled_module(module) is not None:
             self.leave_compiled(output)
         elif not self.compiled_depth and type(module).__name__ not in WRAPPERS and self.stack:
-            self._leave(output, BEFORE_HOOKS if module._forward_hooks else "")
+            backward_hooks = bool(module._backward_hooks or module._backward_pre_hooks)
+            self._leave(output, BEFORE_HOOKS if module._forward_hooks else "", backward_hooks)
 
-    def _leave(self, output: Any, note: str = "") -> None:
+    def _leave(self, output: Any, note: str = "", backward_hooks: bool = False) -> None:
+        """After a module call: its outputs, and a hook on each for the gradient into it
+        (noted when the module's own backward hooks run after that gradient is taken)."""
         name = self._pop()
         if self.lazy_roots and not self.stack:
             self._adopt_materialised()
@@ -454,10 +464,11 @@ class TorchRecorder(Instrumentation):
         if not s.begin_event() or not s.wants(name):
             return
         phase = _phase_now()
+        grad_note = BEFORE_BACKWARD_HOOKS if backward_hooks else ""
         for slot, t in enumerate(tensors_of(output)):
             self._add(phase, Kind.OUTPUT, name, t, slot, True, note)
             if t.requires_grad and t.grad_fn is not None:
-                t.register_hook(_GradOfOutput(self, name, slot))
+                t.register_hook(_GradOfOutput(self, name, slot, grad_note))
 
     def enter_compiled(self, owner: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Into a torch.compile region (see ``compiled.py``): recorded as a call of its module
@@ -495,9 +506,9 @@ class TorchRecorder(Instrumentation):
         if self.compiled_steps:
             self.guarded_call(self.settle_compiled_steps)
 
-    def grad_of_output(self, name: str, slot: int, grad: torch.Tensor | None) -> None:
+    def grad_of_output(self, name: str, slot: int, grad: torch.Tensor | None, note: str) -> None:
         if grad is not None and self.session.begin_event():
-            self._add(Phase.BACKWARD, Kind.GRAD_OUTPUT, name, grad, slot)
+            self._add(Phase.BACKWARD, Kind.GRAD_OUTPUT, name, grad, slot, True, note)
 
     def after_grad_accumulated(self, param: torch.Tensor) -> None:
         name = self.params.names.get(id(param))
@@ -662,14 +673,14 @@ class _GradOfOutput:
     """The tensor hook that records the gradient flowing into a module output (one per output
     per call: a plain object, because wrapping a closure per call costs more than the record)."""
 
-    __slots__ = ("name", "recorder", "slot")
+    __slots__ = ("name", "note", "recorder", "slot")
 
-    def __init__(self, recorder: TorchRecorder, name: str, slot: int) -> None:
-        self.recorder, self.name, self.slot = recorder, name, slot
+    def __init__(self, recorder: TorchRecorder, name: str, slot: int, note: str) -> None:
+        self.recorder, self.name, self.slot, self.note = recorder, name, slot, note
 
     def __call__(self, grad: torch.Tensor | None) -> None:
         try:
-            self.recorder.grad_of_output(self.name, self.slot, grad)
+            self.recorder.grad_of_output(self.name, self.slot, grad, self.note)
         except Exception as exc:
             self.recorder.session.fail(f"grad_of_output: {type(exc).__name__}: {exc}")
 
