@@ -1,9 +1,11 @@
 """One fingerprint for an optimizer param group's settings (framework-free), with the text the
 report shows and compare reads back to name the settings that differ.
 
-The text is ``key=repr(value)`` joined by ``"; "``, every key but ``params`` in the group's
-order. The fingerprint hashes that text and the raw bits of every float in it (``repr`` is
-exact for floats but writes every NaN as ``nan``).
+The text is ``key=value`` joined by ``"; "``, every key but ``params`` in the group's order;
+a value is written as ``repr`` for numbers, strings and None (tuples and lists of them alike),
+sorted for a set, and by type and name for anything else (a function: never its address). The
+fingerprint hashes that text and the raw bits of every float in it (``repr`` is exact for
+floats but writes every NaN as ``nan``).
 
 >>> settings = GroupSettings()
 >>> fingerprint, text = settings({"params": [], "lr": 0.1, "betas": (0.9, 0.999), "foreach": None})
@@ -13,6 +15,9 @@ exact for floats but writes every NaN as ``nan``).
 True
 >>> settings({"params": [], "lr": 0.2, "betas": (0.9, 0.999), "foreach": None})[0] == fingerprint
 False
+>>> def keep(name): return True
+>>> settings({"filter": keep, "tags": {"b", "a"}})[1]
+"filter=<function keep>; tags={'a', 'b'}"
 >>> differing_settings("lr=0.1; momentum=0.9", "lr=0.2; momentum=0.9")
 [('lr', '0.1', '0.2')]
 """
@@ -20,7 +25,7 @@ False
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
 from divergence.record.session import Fingerprint
@@ -52,38 +57,50 @@ class GroupSettings:
         items = tuple((key, type(value), value) for key, value in group.items() if key != "params")
         try:
             known = self._known.get(items)
-        except TypeError:  # a value that cannot be hashed (a list): not remembered
-            return self._settings(items)
+        except TypeError:  # a value that cannot be hashed (a set, a dict): not remembered
+            return self._settings(items)[0]
         if known is None:
-            tensor = self._tensor_type
-            if tensor is not None and any(issubclass(t, tensor) for _, t, _ in items):
-                return self._settings(items)  # (a tensor hashes by identity, not by value)
-            if len(self._known) > CACHE_LIMIT:
-                self._known.clear()
-            known = self._known[items] = self._settings(items)
+            known, plain = self._settings(items)
+            if plain:  # (a tensor hashes by identity, not by value: never remembered)
+                if len(self._known) > CACHE_LIMIT:
+                    self._known.clear()
+                self._known[items] = known
         return known
 
-    def _settings(self, items: tuple[tuple[str, type, object], ...]) -> tuple[Fingerprint, str]:
-        parts, bits = [], []
-        for key, _, value in items:
-            if self._tensor_type is not None and isinstance(value, self._tensor_type):
-                assert self._tensor_print is not None and self._tensor_text is not None
-                bits.append(struct.pack("<Q", self._tensor_print(value)))
-                parts.append(f"{key}={self._tensor_text(value) or 'tensor'}")
-                continue
-            bits.extend(struct.pack("<d", x) for x in _floats(value))
-            parts.append(f"{key}={value!r}")
+    def _settings(
+        self, items: tuple[tuple[str, type, object], ...]
+    ) -> tuple[tuple[Fingerprint, str], bool]:
+        """((fingerprint, text), whether no tensor was met)."""
+        bits: list[bytes] = []
+        tensors = [0]
+        parts = [f"{key}={self._write(value, bits, tensors, 0)}" for key, _, value in items]
         text = SEPARATOR.join(parts)
         value = fingerprint_buffer(text.encode() + b"".join(bits), SEED)
-        return Fingerprint(value, "settings", (len(items),), Algorithm.XXH3_64), text
+        fingerprint = Fingerprint(value, "settings", (len(items),), Algorithm.XXH3_64)
+        return (fingerprint, text), not tensors[0]
 
-
-def _floats(value: object, depth: int = 0) -> Iterator[float]:
-    if isinstance(value, float):
-        yield value
-    elif isinstance(value, (tuple, list)) and depth < 4:
-        for item in value:
-            yield from _floats(item, depth + 1)
+    def _write(self, value: object, bits: list[bytes], tensors: list[int], depth: int) -> str:
+        """``value`` as text that is the same in every run (no addresses, sets sorted); its
+        floats' bits and its tensors' fingerprints go to ``bits``."""
+        if self._tensor_type is not None and isinstance(value, self._tensor_type):
+            assert self._tensor_print is not None and self._tensor_text is not None
+            tensors[0] += 1
+            bits.append(struct.pack("<Q", self._tensor_print(value)))
+            return self._tensor_text(value) or "tensor"
+        if isinstance(value, float):
+            bits.append(struct.pack("<d", value))
+            return repr(value)
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        if isinstance(value, (tuple, list, set, frozenset)) and depth < 4:
+            texts = [self._write(item, bits, tensors, depth + 1) for item in value]
+            if isinstance(value, (set, frozenset)):
+                return "{" + ", ".join(sorted(texts)) + "}"
+            one = "," if isinstance(value, tuple) and len(texts) == 1 else ""
+            inner = ", ".join(texts) + one
+            return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+        name = getattr(value, "__qualname__", "")  # a function: its name, never its address
+        return f"<{type(value).__name__}{' ' + name if name else ''}>"
 
 
 def differing_settings(text_a: str, text_b: str) -> list[tuple[str, str, str]]:

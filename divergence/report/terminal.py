@@ -150,7 +150,7 @@ def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
         if d.rng_evidence:
             yield "rng", "state differed: " + ", ".join(d.rng_evidence)
         if d.rng_undrawn:
-            yield "rng", f"{', '.join(d.rng_undrawn)}: unseeded but never drawn from by then"
+            yield "rng", f"{', '.join(d.rng_undrawn)}: unseeded, state unchanged since the start"
     elif d.a is not None and d.b is not None:
         yield "run A", f"{d.a.label} ({d.a.phase}, step {d.a.step})"
         yield "run B", f"{d.b.label} ({d.b.phase}, step {d.b.step})"

@@ -140,11 +140,15 @@ class ParameterBook:
         return self.grads.get(id(param)) != (id(grad), version_of(grad), address_of(grad))
 
     def stepped(self, optimizer: torch.optim.Optimizer) -> None:
-        """After an optimizer step: its writes are not writes by other code."""
-        versions = self.versions
+        """After an optimizer step: its writes are not writes by other code; and its gradients
+        are forgotten, so that the next step's are told apart by what was recorded in that
+        step only (a fresh gradient can get a freed one's id, address and version: whether it
+        does depends on the allocator, which would make the records differ between runs)."""
+        versions, grads = self.versions, self.grads
         for group in optimizer.param_groups:
             for param in group["params"]:
                 versions[id(param)] = version_of(param)
+                grads.pop(id(param), None)
 
     # --- gradient hooks -------------------------------------------------------------------
     def _hooked(self, param: torch.Tensor) -> bool:
