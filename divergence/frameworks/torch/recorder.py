@@ -426,8 +426,8 @@ class TorchRecorder(Instrumentation):
         """Before the update: parameters written since their last record (a clamp or a manual
         decay after the backward), in the backward phase; then the gradients the update reads
         where they are not the ones recorded (changed after the backward by clipping,
-        unscaling or a ``p.grad`` edit; or set without one), in the optimizer phase. A second
-        optimizer stepping right after another continues its step
+        unscaling or a ``p.grad`` edit; or set without one), in the optimizer phase. Written
+        parameters of a second optimizer stepping right after another continue that step
         (:meth:`Session.begin_optimizer_event`)."""
         self.stepping += 1
         s = self.session
@@ -442,8 +442,9 @@ class TorchRecorder(Instrumentation):
         ]
         for name, param in stepped:
             self._add_if_written(Phase.BACKWARD, name, param, s.begin_optimizer_event)
-        for name, param in stepped:
-            if self.params.grad_changed(param) and s.wants(name) and s.begin_optimizer_event():
+        for name, param in stepped:  # (an event of the step this update belongs to: LBFGS
+            # reads the gradients of the closure it calls, not these, left by the last step)
+            if self.params.grad_changed(param) and s.wants(name) and s.begin_event():
                 self._add(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, param.grad)
                 self.params.grad_recorded(param)
 
