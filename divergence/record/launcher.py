@@ -52,6 +52,10 @@ def resolve_command(command: list[str]) -> list[str]:
     """``train.py args`` without an interpreter runs under this Python."""
     if not command:
         raise RecordError("no command to record", hint="diverge record -- python train.py")
+    if command[0].startswith("-"):  # (an option diverge does not know, taken for the command)
+        raise RecordError(
+            f"no such option: {command[0]}", hint="see --help; the command goes after --"
+        )
     first = Path(command[0])
     if first.suffix == ".py" and first.is_file() and not os.access(first, os.X_OK):
         return [sys.executable, *command]

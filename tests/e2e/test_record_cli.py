@@ -72,6 +72,22 @@ def test_default_output_name_and_no_overwrite_without_force(tmp_path: Path) -> N
     assert run_cli("record", "-o", str(run), "--force", *command).returncode == 0
 
 
+def test_an_unknown_option_or_a_missing_command_is_a_one_line_error(tmp_path: Path) -> None:
+    """An option diverge does not know is not taken for the command (it ran nothing)."""
+    out = tmp_path / "run"
+    command = ("--", sys.executable, str(SCRIPTS / "mlp.py"))
+    for args, error in [
+        (("record", "-q", "-o", str(out), *command), "no such option: -q"),
+        (("hunt", "--quiet", "-o", str(out), *command), "no such option: --quiet"),
+        (("record", "-o", str(out), "--", "no-such-trainer"), "no-such-trainer: command not found"),
+    ]:
+        result = run_cli(*args)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"diverge: error: {error} (hint: ")
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+
+
 def test_exit_status_of_the_command_is_returned_and_stored(tmp_path: Path) -> None:
     script = tmp_path / "fails.py"
     script.write_text(
