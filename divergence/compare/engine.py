@@ -145,6 +145,8 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     rng_differs = value_differs & rng_rows
     value_differs &= ~rng_rows
     first_value = int(np.argmax(value_differs)) if value_differs.any() else None
+    if first_value is not None:
+        first_value = _initial_value_first(a.records, value_differs, first_value)
     first: Divergence | None = None
     if first_value is not None:
         first = _value_divergence(key, a, b, first_value)
@@ -173,6 +175,18 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         propagation=propagation,
         rng_differences=sorted(a.strings[i] for i in rng_names),
     )
+
+
+def _initial_value_first(records: np.ndarray, differs: np.ndarray, first: int) -> int:
+    """The first differing initial value (init phase) in ``first``'s step, else ``first``.
+    An initial value is an input of the training, never a result of the step it is recorded
+    in: it is recorded late only where the recorder first sees the parameter late (a lazy
+    module's, when the call that made it returns; a bare tensor no module holds, at its first
+    optimizer step), after the records its value made differ."""
+    step, end = records["step"][first], differs.size
+    rows = first + np.flatnonzero(differs[first:] & (records["phase"][first:end] == Phase.INIT))
+    rows = rows[records["step"][rows] == step]
+    return int(rows[0]) if rows.size else first
 
 
 def _string_mapping(source: RunFile, target: RunFile) -> np.ndarray:
@@ -280,17 +294,24 @@ def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:
 
 def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
-    written = next((p for p in (pa, pb) if _is_parameter_write(p)), None)
-    if written is not None:  # one run wrote a parameter outside the optimizer: that is the news
+    written = next((p for p in (pa, pb) if _is_write(p)), None)
+    if written is not None:  # one run wrote a parameter or a gradient: that is the news
         which = "A" if written is pa else "B"
         divergence = Divergence(
             "structure", key, written.step, written.phase, written.kind, written.name, 0, pa, pb
         )
-        divergence.origin_text = (
-            f"run {which} wrote `{written.name}` after its last record by other code than an "
-            f"optimizer step (seen {written_when(written.phase, written.step)}); the other run "
-            "did not"
-        )
+        if written.kind == Kind.PARAM_GRAD.label:
+            divergence.origin_text = (
+                f"run {which} changed `{written.name}`'s gradient between the backward and the "
+                f"optimizer step of step {written.step} (clipping, unscaling, a p.grad edit) or "
+                "set it without a backward; the other run did not"
+            )
+        else:
+            divergence.origin_text = (
+                f"run {which} wrote `{written.name}` after its last record by other code than "
+                f"an optimizer step (seen {written_when(written.phase, written.step)}); the "
+                "other run did not"
+            )
         return divergence
     divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
     divergence.origin_text = (
@@ -300,9 +321,12 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     return divergence
 
 
-def _is_parameter_write(probe: Probe) -> bool:
-    """A parameter recorded in the forward or backward phase: written outside the optimizer
-    (FORMAT.md)."""
+def _is_write(probe: Probe) -> bool:
+    """A parameter recorded in the forward or backward phase (written outside the optimizer),
+    or a gradient recorded in the optimizer phase (not the one the backward left): records
+    that one run has where the other's code wrote nothing (FORMAT.md)."""
+    if probe.kind == Kind.PARAM_GRAD.label:
+        return probe.phase == Phase.OPTIMIZER.label
     return probe.kind == Kind.PARAM.label and probe.phase in WRITE_PHASES
 
 

@@ -106,6 +106,12 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
             f"edit, a gradient hook or all-reduce) changed {name}'s gradient; the gradient the "
             "backward left matched"
         )
+    elif _has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT):
+        divergence.origin = None  # (the backward's gradient of it was not seen)
+        divergence.origin_text = (
+            f"in the backward or after it: {name} is a tensor no module holds, first seen at "
+            "this optimizer step, so the gradient the backward left was not recorded"
+        )
     else:
         divergence.origin_text = (
             f"before the optimizer step: {name}'s gradient was set without a backward of this "
@@ -385,9 +391,13 @@ def _origin_outside(kind: Kind, name: str, step: int) -> str:
     return f"between the previous probe and {_code(name)}"
 
 
-def _has(run: RunFile, rows: np.ndarray, kind: Kind, name: str) -> bool:
+def _has(run: RunFile, rows: np.ndarray, kind: Kind, name: str, phase: Phase | None = None) -> bool:
+    records = run.records
     return any(
-        run.records["kind"][i] == kind and run.strings[run.records["name"][i]] == name for i in rows
+        records["kind"][i] == kind
+        and run.strings[records["name"][i]] == name
+        and (phase is None or records["phase"][i] == phase)
+        for i in rows
     )
 
 
@@ -478,7 +488,7 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
             f"generator state differs ({', '.join(d.rng_evidence)}) while every tensor "
             f"recorded before {where} matched"
         )
-    if d.kind == "param" and d.phase == "init":
+    if d.kind == "param" and d.phase == "init" and d.reason == "value":
         lines.append(f"parameter `{d.location}` differs at initialisation, before any step")
     elif d.kind == "batch":
         evaluation = " (the model was in eval mode)" if d.a and d.a.note == EVAL_MODE else ""
@@ -494,9 +504,12 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
     elif d.kind == "hyperparam":
         lines.append(f"the settings of `{d.location}` differ at {where}: {settings_difference(d)}")
     elif d.kind == "param_grad" and d.phase == "optimizer":
-        lines.append(
-            f"the gradient of `{d.location}` differs when the optimizer reads it, at {where}"
+        what = (
+            "was changed after the backward in one run only"
+            if d.reason == "structure"
+            else ("differs when the optimizer reads it")
         )
+        lines.append(f"the gradient of `{d.location}` {what}, at {where}")
     elif d.kind == "collective_out":
         lines.append(f"the collective `{d.location}` returned different bits at {where}")
     elif d.reason == "structure" and d.a is not None and d.b is not None:

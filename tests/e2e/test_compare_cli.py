@@ -133,6 +133,37 @@ def test_gradients_changed_between_backward_and_step_are_named(record: Recorder)
     assert first["cause"] == "gradients"
 
 
+def test_a_tensor_no_module_holds_is_recorded_from_its_first_step(record: Recorder) -> None:
+    """A learnable tensor outside any module is seen first by the optimizer step: its initial
+    value is recorded there and reported first in that step (not the batch it made differ),
+    and its gradient is recorded from that step on (at the first, where the backward's was
+    not seen, the origin is left open)."""
+    plain = record("bare_parameter.py")
+    first = first_difference(plain, record("bare_parameter.py", env={"BARE_INIT": "random"}))
+    assert place(first) == (0, "init", "param", "SGD.group0.param2")
+    assert first["cause"] == "initialisation"
+
+    def edited(edit: str) -> Path:
+        return record("bare_parameter.py", env={"BARE_GRAD_EDIT": edit})
+
+    first = first_difference(edited("0:0"), edited("0:1e-6"))
+    assert place(first) == (0, "optimizer", "param_grad", "SGD.group0.param2")
+    assert first["origin"] is None and "no module holds" in first["origin_text"]
+    first = first_difference(edited("2:0"), edited("2:1e-6"))
+    assert place(first) == (2, "optimizer", "param_grad", "SGD.group0.param2")
+    assert first["origin"] is True
+    assert "the gradient the backward left matched" in first["origin_text"]
+    assert first["cause"] == "gradients"
+    first = first_difference(plain, edited("2:1e-6"))  # (edited in one run only)
+    assert (first["reason"], *place(first)) == (
+        "structure", 2, "optimizer", "param_grad", "SGD.group0.param2",
+    )  # fmt: skip
+    assert "run B changed `SGD.group0.param2`'s gradient" in first["origin_text"]
+    assert first["cause"] == "gradients"
+    code, report = compare_json(plain, record("bare_parameter.py", tag="again"))
+    assert (code, report["status"]) == (0, "identical")
+
+
 def test_gradients_are_recorded_again_only_when_changed_after_the_backward(
     record: Recorder,
 ) -> None:

@@ -76,6 +76,15 @@ class ParameterBook:
         elif not self._hooked(param):
             self._hook_gradient(param)
 
+    def adopt_bare(self, param: torch.Tensor, name: str) -> str:
+        """Name a parameter that lives in no module (found in an optimizer) and hook its
+        gradient; returns ``name``."""
+        self.names[id(param)] = name
+        self.versions[id(param)] = version_of(param)
+        if param.requires_grad and not self._hooked(param):
+            self._hook_gradient(param)
+        return name
+
     def watch(
         self, root: torch.nn.Module, module: torch.nn.Module, key: str, param: torch.Tensor
     ) -> None:

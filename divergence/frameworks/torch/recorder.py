@@ -433,20 +433,37 @@ class TorchRecorder(Instrumentation):
         s = self.session
         if not s.recording:
             return
-        names = self.params.names
-        stepped = [
-            (names[id(param)], param)
-            for group in optimizer.param_groups
-            for param in group["params"]
-            if id(param) in names
-        ]
+        stepped = self._stepped_parameters(optimizer)
         for name, param in stepped:
             self._add_if_written(Phase.BACKWARD, name, param, s.begin_optimizer_event)
         for name, param in stepped:  # (an event of the step this update belongs to: LBFGS
             # reads the gradients of the closure it calls, not these, left by the last step)
-            if self.params.grad_changed(param) and s.wants(name) and s.begin_event():
-                self._add(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, param.grad)
+            grad = param.grad
+            if grad is not None and self.params.grad_changed(param) and s.wants(name):
+                if not s.begin_event():
+                    continue
+                self._add(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, grad)
                 self.params.grad_recorded(param)
+
+    def _stepped_parameters(
+        self, optimizer: torch.optim.Optimizer
+    ) -> list[tuple[str, torch.Tensor]]:
+        """The parameters ``optimizer`` updates, with their names. One that no model call
+        showed (a bare tensor such as ``w = torch.randn(4, requires_grad=True)``) is adopted
+        here, at its first step: named from the optimizer (``SGD.group0.param2``), its value
+        recorded as its initial one, its gradient hooked for the next steps."""
+        names, s = self.params.names, self.session
+        stepped: list[tuple[str, torch.Tensor]] = []
+        for g, group in enumerate(optimizer.param_groups):
+            for i, param in enumerate(group["params"]):
+                name = names.get(id(param))
+                if name is None:
+                    label = f"{type(optimizer).__name__}.group{g}.param{i}"
+                    name = self.params.adopt_bare(param, label)
+                    if s.wants(name) and s.begin_optimizer_event():
+                        self._add_param(Phase.INIT, name, param, cached=True)
+                stepped.append((name, param))
+        return stepped
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if compiled_module(module) is not None:
