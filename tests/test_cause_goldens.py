@@ -162,6 +162,41 @@ def test_another_diverge_version_is_named_beside_any_divergence() -> None:
         assert matching_hints(reason, "output", "fc", [], "forward") == []
 
 
+@pytest.mark.parametrize(
+    ("kind", "name", "phase", "device", "torch_fix", "tensorflow_fix"),
+    [
+        ("param", "fc.weight", "init", "cpu", "torch.manual_seed", "keras.utils.set_random_seed"),
+        ("output", "fc", "forward", "cuda", "torch.use_deterministic", "enable_op_determinism"),
+    ],
+)
+def test_fixes_are_in_the_words_of_the_framework_that_recorded(
+    kind: str, name: str, phase: str, device: str, torch_fix: str, tensorflow_fix: str
+) -> None:
+    for framework, fix, other in (
+        ("torch", torch_fix, tensorflow_fix), ("tensorflow", tensorflow_fix, torch_fix),
+    ):  # fmt: skip
+        facts = {"framework": framework, "device": device}
+        found = match_cause("value", kind, name, [], phase, facts=facts)
+        assert found is not None and fix in found.fix and other not in found.fix
+
+
+def test_a_keras_layer_seed_is_named_as_one() -> None:
+    facts = {"framework": "tensorflow", "device": "cpu"}
+    found = match_cause("value", "param", "net.dropout.seed_generator0.state", [], "init", facts)
+    assert found is not None and "seed=" in found.fix and "Dropout" in found.summary
+
+
+def test_an_unexplained_difference_on_a_cpu_suspects_code_and_configuration_first() -> None:
+    """CPU kernels are deterministic at a fixed thread count: an output that differs from
+    matching inputs is far more often a layer argument or code that differs, which the
+    recorder does not see, than a kernel."""
+    for framework in ("torch", "tensorflow"):
+        facts = {"framework": framework, "device": "cpu"}
+        found = match_cause("value", "output", "net.block", [], "forward", facts=facts)
+        assert found is not None and found.cause == "compute"
+        assert "suspect first what the recorder does not see" in found.summary
+
+
 def test_nothing_known_says_so() -> None:
     assert match_cause("value", "step_end", "x", [], "marker") is None
 

@@ -74,9 +74,14 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
         )
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True
+        settings = (
+            "and hyperparameters matched"
+            if _has_kind(run, same_step, Kind.HYPERPARAM)
+            else "matched (its optimizer's settings were not recorded)"
+        )
         divergence.origin_text = (
             f"in the optimizer update of {_code(name.split('/')[0])}: its gradient, "
-            "previous value and hyperparameters matched"
+            f"previous value {settings}"
         )
     elif kind == Kind.LOSS:
         divergence.origin = _has_kind(run, same_step, Kind.OUTPUT) or None

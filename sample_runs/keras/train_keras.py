@@ -122,6 +122,19 @@ def nondeterministic_dataset(x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
     return mixed.batch(BATCH)
 
 
+class LearningRateDrop(keras.callbacks.Callback):
+    """Sets the learning rate to ``lr / 10`` before training batch ``step`` (as a scheduler
+    would)."""
+
+    def __init__(self, step: int, lr: float) -> None:
+        super().__init__()
+        self.step, self.lr = step, lr
+
+    def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
+        if batch == self.step:
+            self.model.optimizer.learning_rate = self.lr / 10
+
+
 def data(steps: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(1234)
     x = rng.standard_normal((steps * BATCH, FEATURES)).astype(np.float32)
@@ -130,7 +143,7 @@ def data(steps: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def train_with_tape(model: keras.Model, x: np.ndarray, y: np.ndarray, args: argparse.Namespace):
-    optimizer = keras.optimizers.Adam(1e-2)
+    optimizer = keras.optimizers.Adam(args.lr)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
 
     def step(xb: tf.Tensor, yb: tf.Tensor) -> tf.Tensor:
@@ -143,6 +156,8 @@ def train_with_tape(model: keras.Model, x: np.ndarray, y: np.ndarray, args: argp
     if args.loop == "tape":
         step = tf.function(step, jit_compile=args.jit)
     for i in range(args.steps):
+        if i == args.lr_drop_step:
+            optimizer.learning_rate = args.lr / 10
         step(
             tf.constant(x[i * BATCH : (i + 1) * BATCH]), tf.constant(y[i * BATCH : (i + 1) * BATCH])
         )
@@ -163,6 +178,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--steps-per-execution", type=int, default=1)
     parser.add_argument("--flip-step", type=int, default=-1)
+    parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate")
+    parser.add_argument("--lr-drop-step", type=int, default=-1, help="lr / 10 from this step")
     parser.add_argument("--save", help="write the final weights to this .npz")
     parser.add_argument(
         "--warmup",
@@ -184,7 +201,7 @@ def main() -> None:
     model = build(args.model, args.flip_step)
     if args.loop == "fit":
         model.compile(
-            optimizer=keras.optimizers.Adam(1e-2),
+            optimizer=keras.optimizers.Adam(args.lr),
             loss="sparse_categorical_crossentropy",
             jit_compile=args.jit,
             steps_per_execution=args.steps_per_execution,
@@ -192,7 +209,12 @@ def main() -> None:
         if args.tfdata_nondeterministic:
             model.fit(nondeterministic_dataset(x, y), epochs=1, verbose=0)
         else:
-            model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+            callbacks = (
+                [LearningRateDrop(args.lr_drop_step, args.lr)] if args.lr_drop_step >= 0 else []
+            )
+            model.fit(
+                x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callbacks
+            )
     else:
         train_with_tape(model, x, y, args)
     if args.save:

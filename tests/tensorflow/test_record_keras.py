@@ -30,6 +30,10 @@ RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "per_execution": (("--steps-per-execution", "2"), {}),
     "tfdata_1": (("--tfdata-nondeterministic",), {}),
     "tfdata_2": (("--tfdata-nondeterministic",), {}),
+    "fit_lr": (("--lr", "0.011"), {}),
+    "fit_lr_drop": (("--lr-drop-step", "3"), {}),
+    "tape_lr_drop": (("--loop", "tape", "--model", "sequential", "--lr-drop-step", "3"), {}),
+    "eager_lr": (("--loop", "eager", "--model", "subclassed", "--lr", "0.011"), {}),
 }
 PLAIN = {
     "fit": ("--save", "{dir}/fit_plain.npz"),
@@ -141,3 +145,27 @@ def test_tf_data_with_deterministic_false_is_a_data_divergence(
     assert code == 1
     assert (first["phase"], first["kind"], first["cause"]) == ("data", "batch", "data")
     assert "deterministic=True" in first["cause_text"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "step", "difference"),
+    [
+        ("fit", "fit_lr", 0, "learning_rate 0.01 in run A, 0.011 in run B"),
+        ("fit", "fit_lr_drop", 3, "learning_rate 0.01 in run A, 0.001 in run B"),
+        ("tape", "tape_lr_drop", 3, "learning_rate 0.01 in run A, 0.001 in run B"),
+        ("eager", "eager_lr", 0, "learning_rate 0.01 in run A, 0.011 in run B"),
+    ],
+)
+def test_a_different_learning_rate_is_named_with_both_values(
+    keras_cli: Any, runs: Path, a: str, b: str, step: int, difference: str
+) -> None:
+    """The optimizer's settings are recorded at every step (a callback or an assignment
+    between steps included), before the values its update writes: a learning rate that
+    differs is the origin, not an update whose inputs matched."""
+    code, report = keras_cli.compare(runs / a, runs / b)
+    first = report["first_divergence"]
+    assert code == 1
+    place = (first["step"], first["phase"], first["kind"], first["location"])
+    assert place == (step, "optimizer", "hyperparam", "Adam.settings")
+    assert difference in first["origin_text"]
+    assert first["cause"] == "configuration"

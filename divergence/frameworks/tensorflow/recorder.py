@@ -19,6 +19,7 @@ ops do not move the random streams.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from collections.abc import Callable
@@ -43,8 +44,10 @@ from divergence.frameworks.tensorflow.fingerprint import (
 )
 from divergence.frameworks.tensorflow.metadata import tf_metadata
 from divergence.frameworks.tensorflow.rng import framework_generators
+from divergence.frameworks.tensorflow.settings import optimizer_settings
 from divergence.frameworks.tensorflow.table import (
     EVENT_ROOT,
+    EVENT_SETTINGS,
     EVENT_STEPPED,
     ProbeSpec,
     ProbeTable,
@@ -59,6 +62,7 @@ from divergence.frameworks.tensorflow.values import (
     tensors_of,
     to_host,
 )
+from divergence.record.hyperparameters import GroupSettings
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import MAX_DIMS, Kind, Phase
 
@@ -87,6 +91,7 @@ class KerasRecorder(Instrumentation):
         self.eager_cache: dict[Any, Fingerprint] = {}
         self.dump_variables: dict[tuple[Any, ...], Any] = {}
         self.notes: list[str] = []
+        self.settings = GroupSettings()
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -348,6 +353,7 @@ class KerasRecorder(Instrumentation):
     def after_apply(self, mode: str, optimizer: Any, variables: list[Any]) -> None:
         s = self.session
         if mode == GRAPH or s.begin_event():
+            self._record_settings(mode, optimizer)
             slots = naming.optimizer_slots(optimizer, variables)
             for variable in variables:
                 name = self.var_name(variable)
@@ -365,6 +371,24 @@ class KerasRecorder(Instrumentation):
             s.optimizer_stepped()
         else:
             self.table.event(ProbeSpec(Phase.MARKER, Kind.INVALID, "", 0, "", 0, EVENT_STEPPED))
+
+    def _record_settings(self, mode: str, optimizer: Any) -> None:
+        """The optimizer's settings (``SGD.settings``), before the values its update wrote.
+        In a traced step they are read on the host after the call (an event marks where): a
+        graph op reading them would add a consumer to the learning rate's tensor."""
+        name = f"{type(optimizer).__name__}.settings"
+        if not self.session.wants(name):
+            return
+        if mode == EAGER:
+            self.add_settings(name, optimizer)
+        else:
+            ref = weakref.ref(optimizer)
+            spec = ProbeSpec(Phase.OPTIMIZER, Kind.HYPERPARAM, name, 0, "", 0, EVENT_SETTINGS)
+            self.table.event(dataclasses.replace(spec, source=ref))
+
+    def add_settings(self, name: str, optimizer: Any) -> None:
+        fingerprint, text = self.settings(optimizer_settings(optimizer))
+        self.session.add(Phase.OPTIMIZER, Kind.HYPERPARAM, name, fingerprint, note=text)
 
     def _record_buffers(self, mode: str, trained: set[int]) -> None:
         """Non-trainable variables of the models (moving statistics, seed generator states)."""
@@ -408,6 +432,8 @@ class KerasRecorder(Instrumentation):
             s.root_forward()
         if s.begin_event():
             for spec, total, shape in fired:
+                if spec.event == EVENT_SETTINGS and (optimizer := spec.source()) is not None:
+                    self.add_settings(spec.name, optimizer)
                 if spec.event:
                     continue
                 value = finish(total, spec.dtype, shape)

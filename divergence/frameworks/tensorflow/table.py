@@ -27,6 +27,7 @@ CHUNK = 1024
 ROW = 2 + MAX_DIMS  # word sum, fired flag, shape
 EVENT_ROOT = "root_forward"  # a root model's forward ran
 EVENT_STEPPED = "optimizer_stepped"  # an optimizer applied its update
+EVENT_SETTINGS = "optimizer_settings"  # record the settings of ``source()``, an optimizer
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ProbeSpec:
     rank: int
     event: str = ""  # non-empty: a step-model event, not a record
     dump: Any = None  # a tf.Variable holding the last value, when dumps may be asked for
+    source: Any = None  # a weak reference to what an event is about
 
 
 def own_variable(initial: tf.Tensor | np.ndarray, shape: tf.TensorShape | None = None) -> Any:

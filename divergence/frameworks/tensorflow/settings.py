@@ -1,0 +1,49 @@
+"""A Keras optimizer's settings as flat ``key=value`` pairs, for its ``hyperparam`` record.
+
+They come from ``optimizer.get_config()`` (the learning rate as its current value, a schedule
+as its configuration), without the optimizer's name; nested configurations are flattened with
+``.`` (``learning_rate.config.decay_rate``) so that compare names the one setting that differs.
+
+>>> import keras
+>>> settings = optimizer_settings(keras.optimizers.SGD(0.05, momentum=0.9))
+>>> round(settings["learning_rate"], 6), settings["momentum"], "name" in settings
+(0.05, 0.9, False)
+>>> schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+>>> optimizer_settings(keras.optimizers.Adam(schedule))["learning_rate.config.decay_rate"]
+0.5
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+
+def optimizer_settings(optimizer: Any) -> dict[str, object]:
+    """Read eagerly (a learning rate held in a variable is read from the host)."""
+    config = dict(optimizer.get_config())
+    config.pop("name", None)
+    return dict(_flat(config, ""))
+
+
+def _flat(config: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, object]]:
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", _short(value.item() if isinstance(value, np.generic) else value)
+
+
+def _short(value: object) -> object:
+    """A float that a float32 holds exactly (a learning rate read from its variable) as its
+    shortest float32 text reads back: 0.01, not 0.009999999776482582. Distinct float32 values
+    stay distinct.
+
+    >>> _short(float(np.float32(0.01))), _short(0.1)
+    (0.01, 0.1)
+    """
+    if isinstance(value, float) and abs(value) < 1e38 and float(np.float32(value)) == value:
+        return float(str(np.float32(value)))
+    return value
