@@ -294,25 +294,14 @@ def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:
 
 def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
-    written = next((p for p in (pa, pb) if _is_write(p)), None)
-    if written is not None:  # one run wrote a parameter or a gradient: that is the news
-        which = "A" if written is pa else "B"
-        divergence = Divergence(
-            "structure", key, written.step, written.phase, written.kind, written.name, 0, pa, pb
-        )
-        if written.kind == Kind.PARAM_GRAD.label:
-            divergence.origin_text = (
-                f"run {which} changed `{written.name}`'s gradient between the backward and the "
-                f"optimizer step of step {written.step} (clipping, unscaling, a p.grad edit) or "
-                "set it without a backward; the other run did not"
+    for probe, which in ((pa, "A"), (pb, "B")):
+        news = _only_in_one_run(probe, which)
+        if news:  # one run did something the other did not: say what
+            divergence = Divergence(
+                "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
             )
-        else:
-            divergence.origin_text = (
-                f"run {which} wrote `{written.name}` after its last record by other code than "
-                f"an optimizer step (seen {written_when(written.phase, written.step)}); the "
-                "other run did not"
-            )
-        return divergence
+            divergence.origin_text = news
+            return divergence
     divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
     divergence.origin_text = (
         f"run A next recorded {pa.label} ({pa.phase}, step {pa.step}) where run B recorded "
@@ -321,13 +310,29 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     return divergence
 
 
-def _is_write(probe: Probe) -> bool:
-    """A parameter recorded in the forward or backward phase (written outside the optimizer),
-    or a gradient recorded in the optimizer phase (not the one the backward left): records
-    that one run has where the other's code wrote nothing (FORMAT.md)."""
-    if probe.kind == Kind.PARAM_GRAD.label:
-        return probe.phase == Phase.OPTIMIZER.label
-    return probe.kind == Kind.PARAM.label and probe.phase in WRITE_PHASES
+def _only_in_one_run(probe: Probe, which: str) -> str:
+    """What a record that only run ``which`` has says that run did, or "" for an ordinary
+    record: a parameter recorded in the forward or backward phase (written outside the
+    optimizer), a gradient in the optimizer phase (not the one the backward left), weights
+    passed to the loss (FORMAT.md)."""
+    if probe.kind == Kind.PARAM_GRAD.label and probe.phase == Phase.OPTIMIZER.label:
+        return (
+            f"run {which} changed `{probe.name}`'s gradient between the backward and the "
+            f"optimizer step of step {probe.step} (clipping, unscaling, a p.grad edit) or set "
+            "it without a backward; the other run did not"
+        )
+    if probe.kind == Kind.PARAM.label and probe.phase in WRITE_PHASES:
+        return (
+            f"run {which} wrote `{probe.name}` after its last record by other code than an "
+            f"optimizer step (seen {written_when(probe.phase, probe.step)}); the other run did "
+            "not"
+        )
+    if probe.kind == Kind.BATCH.label and probe.name == "sample_weight":
+        return (
+            f"run {which} weighted its loss (sample_weight= or class_weight= of fit); the "
+            "other run did not"
+        )
+    return ""
 
 
 def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:

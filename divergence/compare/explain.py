@@ -21,6 +21,7 @@ from divergence.store.schema import (
     BEFORE_HOOKS,
     BEFORE_PRE_HOOKS,
     EVAL_MODE,
+    LOSS_INPUTS,
     UNINITIALISED,
     WRITTEN_BUFFER,
     Kind,
@@ -389,6 +390,12 @@ def _origin_outside(kind: Kind, name: str, step: int) -> str:
         return "before training: the initial parameters differ"
     if kind == Kind.RNG_STATE:
         return f"before step {step} started: the {name} generator state differs"
+    if kind == Kind.BATCH and name in LOSS_INPUTS:
+        what = "targets (labels)" if name == "targets" else "sample weights (or class weights)"
+        return (
+            f"in the data pipeline: the {what} passed to the loss differ, while the model's "
+            "own inputs matched"
+        )
     if kind == Kind.BATCH:
         return "in the data pipeline, before the model saw the batch"
     if kind == Kind.BUFFER:
@@ -495,7 +502,7 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
         )
     if d.kind == "param" and d.phase == "init" and d.reason == "value":
         lines.append(f"parameter `{d.location}` differs at initialisation, before any step")
-    elif d.kind == "batch":
+    elif d.kind == "batch" and d.reason == "value":
         evaluation = " (the model was in eval mode)" if d.a and d.a.note == EVAL_MODE else ""
         lines.append(
             f"the batch `{d.location}` differs at {where}{evaluation}; every record before it "

@@ -120,6 +120,8 @@ BEFORE_BACKWARD_HOOKS = (
     "taken before the module's own backward hooks, which can change the gradient it passes on"
 )
 BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace it"
+# Names of the batch records of what a loss reads besides the model's output (Keras fit)
+LOSS_INPUTS = ("targets", "sample_weight")
 
 
 def shape_text(shape: tuple[int, ...]) -> str:

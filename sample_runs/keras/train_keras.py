@@ -178,6 +178,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--steps-per-execution", type=int, default=1)
     parser.add_argument("--flip-step", type=int, default=-1)
+    parser.add_argument("--relabel", action="store_true", help="another label for example 0")
+    parser.add_argument("--class-weight", action="store_true", help="class 0 weighs twice")
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate")
     parser.add_argument("--lr-drop-step", type=int, default=-1, help="lr / 10 from this step")
     parser.add_argument("--save", help="write the final weights to this .npz")
@@ -198,6 +200,8 @@ def main() -> None:
         keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(2)(inputs)))
     keras.utils.set_random_seed(0)
     x, y = data(args.steps)
+    if args.relabel:
+        y[0] = (y[0] + 1) % CLASSES
     model = build(args.model, args.flip_step)
     if args.loop == "fit":
         model.compile(
@@ -212,8 +216,16 @@ def main() -> None:
             callbacks = (
                 [LearningRateDrop(args.lr_drop_step, args.lr)] if args.lr_drop_step >= 0 else []
             )
+            weights = {c: 2.0 if c == 0 else 1.0 for c in range(CLASSES)}
             model.fit(
-                x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callbacks
+                x,
+                y,
+                batch_size=BATCH,
+                epochs=1,
+                shuffle=False,
+                verbose=0,
+                callbacks=callbacks,
+                class_weight=weights if args.class_weight else None,
             )
     else:
         train_with_tape(model, x, y, args)

@@ -34,6 +34,8 @@ RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "fit_lr_drop": (("--lr-drop-step", "3"), {}),
     "tape_lr_drop": (("--loop", "tape", "--model", "sequential", "--lr-drop-step", "3"), {}),
     "eager_lr": (("--loop", "eager", "--model", "subclassed", "--lr", "0.011"), {}),
+    "fit_relabel": (("--relabel",), {}),
+    "fit_class_weight": (("--class-weight",), {}),
 }
 PLAIN = {
     "fit": ("--save", "{dir}/fit_plain.npz"),
@@ -169,3 +171,22 @@ def test_a_different_learning_rate_is_named_with_both_values(
     assert place == (step, "optimizer", "hyperparam", "Adam.settings")
     assert difference in first["origin_text"]
     assert first["cause"] == "configuration"
+
+
+def test_labels_and_loss_weights_are_recorded_and_named(keras_cli: Any, runs: Path) -> None:
+    """What the loss reads besides the model's output: another label is a data difference
+    of the targets, not a loss whose inputs matched; class weights in one run only are named
+    as such, not as different code paths."""
+    code, report = keras_cli.compare(runs / "fit", runs / "fit_relabel")
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
+        0, "data", "batch", "targets",
+    )  # fmt: skip
+    assert "targets (labels) passed to the loss differ" in first["origin_text"]
+    assert first["cause"] == "configuration"  # (the runs' arguments differ: --relabel)
+    code, report = keras_cli.compare(runs / "fit", runs / "fit_class_weight")
+    first = report["first_divergence"]
+    assert (code, first["reason"], first["location"]) == (1, "structure", "sample_weight")
+    assert first["origin_text"].startswith("run B weighted its loss")
+    assert first["cause"] == "data" and "class_weight" in first["cause_text"]

@@ -64,7 +64,7 @@ from divergence.frameworks.tensorflow.values import (
 )
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import MAX_DIMS, Kind, Phase
+from divergence.store.schema import LOSS_INPUTS, MAX_DIMS, Kind, Phase
 
 EAGER, GRAPH = "eager", "graph"
 XLA_NOTE = (
@@ -120,6 +120,7 @@ class KerasRecorder(Instrumentation):
 
     def _patch_trainer(self, module: ModuleType) -> None:
         self.patch(module.TensorFlowTrainer, "fit", self._wrap_fit)
+        self.patch(module.TensorFlowTrainer, "_compute_loss", self._wrap_compute_loss)
 
     def note(self, text: str) -> None:
         """A fact about this run's recording, kept in the run metadata (``meta["notes"]``)."""
@@ -455,6 +456,29 @@ class KerasRecorder(Instrumentation):
             return original(model, *args, **kwargs)
 
         return fit
+
+    def _wrap_compute_loss(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Keras' ``train_step`` computes its loss here, from ``y`` and ``sample_weight`` (class
+        weights included): recorded as batches ``targets`` and ``sample_weight``."""
+        recorder = self
+
+        @functools.wraps(original)
+        def _compute_loss(model: Any, *args: Any, **kwargs: Any) -> Any:
+            mode = recorder.mode()
+            if mode is not None:
+                recorder.guard(recorder.record_loss_inputs)(mode, args, kwargs)
+            return original(model, *args, **kwargs)
+
+        return _compute_loss
+
+    def record_loss_inputs(self, mode: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if mode == EAGER and not self.session.begin_event():
+            return
+        values = dict(zip(("x", "y", "y_pred", "sample_weight"), args, strict=False)) | kwargs
+        for name, key in zip(LOSS_INPUTS, ("y", "sample_weight"), strict=True):
+            tensors = tensors_of(values.get(key))
+            if tensors:
+                self.record(mode, Phase.DATA, Kind.BATCH, name, tensors)
 
     def before_fit(self, model: Any) -> None:
         per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
