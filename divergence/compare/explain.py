@@ -20,6 +20,7 @@ from divergence.store.schema import (
     BEFORE_BACKWARD_HOOKS,
     BEFORE_HOOKS,
     BEFORE_PRE_HOOKS,
+    EDITED_AFTER_TAPE,
     EVAL_MODE,
     LOSS_INPUTS,
     UNINITIALISED,
@@ -111,6 +112,13 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
             f"backward() (clip_grad_norm_, clip_grad_value_, GradScaler.unscale_, a p.grad "
             f"edit, a gradient hook or all-reduce) changed {name}'s gradient; the gradient the "
             "backward left matched"
+        )
+    elif divergence.a is not None and divergence.a.note == EDITED_AFTER_TAPE:
+        divergence.origin = None  # (the tape's gradient was not recorded)
+        divergence.origin_text = (
+            f"between tape.gradient() and apply_gradients(), or in the backward: code changed "
+            f"{name}'s gradient after the tape returned it (tf.clip_by_global_norm, loss "
+            "scaling, gradient noise); the gradient the tape returned was not recorded"
         )
     elif _has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT):
         divergence.origin = None  # (the backward's gradient of it was not seen)

@@ -120,6 +120,9 @@ BEFORE_BACKWARD_HOOKS = (
     "taken before the module's own backward hooks, which can change the gradient it passes on"
 )
 BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace it"
+# On a Keras gradient recorded in the optimizer phase: apply_gradients() got another tensor
+# than tape.gradient() returned (clipped, scaled, edited), and the tape's was not recorded
+EDITED_AFTER_TAPE = "edited after tape.gradient(), whose gradient was not recorded"
 # Names of the batch records of what a loss reads besides the model's output (Keras fit)
 LOSS_INPUTS = ("targets", "sample_weight")
 

@@ -10,6 +10,7 @@ flipped at one training step, in-graph).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 
@@ -145,11 +146,14 @@ def data(steps: int) -> tuple[np.ndarray, np.ndarray]:
 def train_with_tape(model: keras.Model, x: np.ndarray, y: np.ndarray, args: argparse.Namespace):
     optimizer = keras.optimizers.Adam(args.lr)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    clip_norm = args.clip_norm or float(os.environ.get("TRAIN_CLIP_NORM", "0"))  # (a config)
 
     def step(xb: tf.Tensor, yb: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb, training=True))
         grads = tape.gradient(loss, model.trainable_variables)
+        if clip_norm:
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
@@ -180,6 +184,11 @@ def main() -> None:
     parser.add_argument("--flip-step", type=int, default=-1)
     parser.add_argument("--relabel", action="store_true", help="another label for example 0")
     parser.add_argument("--class-weight", action="store_true", help="class 0 weighs twice")
+    parser.add_argument(
+        "--clip-norm",
+        type=float,
+        help="tape loops: clip_by_global_norm (or TRAIN_CLIP_NORM)",
+    )
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate")
     parser.add_argument("--lr-drop-step", type=int, default=-1, help="lr / 10 from this step")
     parser.add_argument("--save", help="write the final weights to this .npz")

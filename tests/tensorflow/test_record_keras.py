@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from divergence.store.run import Run
-from divergence.store.schema import Kind
+from divergence.store.schema import Kind, Phase
 
 FLIP = ("--flip-step", "2")
 DUMP = ("--dump-steps", "2:3", "--dump-include", "functional.flip")  # full tensors in-graph
@@ -34,6 +34,9 @@ RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "fit_lr_drop": (("--lr-drop-step", "3"), {}),
     "tape_lr_drop": (("--loop", "tape", "--model", "sequential", "--lr-drop-step", "3"), {}),
     "eager_lr": (("--loop", "eager", "--model", "subclassed", "--lr", "0.011"), {}),
+    "tape_clip_1": (("--loop", "tape", "--model", "sequential"), {"TRAIN_CLIP_NORM": "1.0"}),
+    "tape_clip_half": (("--loop", "tape", "--model", "sequential"), {"TRAIN_CLIP_NORM": "0.5"}),
+    "eager_clip_1": (("--loop", "eager", "--model", "subclassed"), {"TRAIN_CLIP_NORM": "1.0"}),
     "fit_relabel": (("--relabel",), {}),
     "fit_class_weight": (("--class-weight",), {}),
 }
@@ -190,3 +193,29 @@ def test_labels_and_loss_weights_are_recorded_and_named(keras_cli: Any, runs: Pa
     assert (code, first["reason"], first["location"]) == (1, "structure", "sample_weight")
     assert first["origin_text"].startswith("run B weighted its loss")
     assert first["cause"] == "data" and "class_weight" in first["cause_text"]
+
+
+def test_a_gradient_clipped_before_apply_gradients_is_named(keras_cli: Any, runs: Path) -> None:
+    """A gradient that reaches apply_gradients() as another tensor than tape.gradient()
+    returned is recorded in the optimizer phase: clipping with another norm is a gradient
+    edit (its origin open: the tape's gradient is not recorded), clipping in one run only
+    is named as such, and clipping alike in both runs compares identical."""
+    code, report = keras_cli.compare(runs / "tape_clip_1", runs / "tape_clip_half")
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"], first["origin"]) == (
+        0, "optimizer", "param_grad", None,
+    )  # fmt: skip
+    assert "between tape.gradient() and apply_gradients()" in first["origin_text"]
+    assert first["cause"] == "gradients" and "clip_by_global_norm" in first["cause_text"]
+    code, report = keras_cli.compare(runs / "eager", runs / "eager_clip_1")
+    first = report["first_divergence"]
+    assert (code, first["reason"], first["phase"], first["cause"]) == (
+        1, "structure", "optimizer", "gradients",
+    )  # fmt: skip
+    assert "run B changed" in first["origin_text"]
+    records = Run.open(runs / "tape_clip_1").processes[0].load().records
+    grads = records[records["kind"] == Kind.PARAM_GRAD]
+    assert len(grads) and set(grads["phase"]) == {Phase.OPTIMIZER}
+    records = Run.open(runs / "tape").processes[0].load().records
+    assert set(records[records["kind"] == Kind.PARAM_GRAD]["phase"]) == {Phase.BACKWARD}

@@ -64,7 +64,7 @@ from divergence.frameworks.tensorflow.values import (
 )
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import LOSS_INPUTS, MAX_DIMS, Kind, Phase
+from divergence.store.schema import EDITED_AFTER_TAPE, LOSS_INPUTS, MAX_DIMS, Kind, Phase
 
 EAGER, GRAPH = "eager", "graph"
 XLA_NOTE = (
@@ -92,6 +92,7 @@ class KerasRecorder(Instrumentation):
         self.dump_variables: dict[tuple[Any, ...], Any] = {}
         self.notes: list[str] = []
         self.settings = GroupSettings()
+        self.tape_gradients: dict[int, weakref.ref[Any]] = {}
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -136,7 +137,13 @@ class KerasRecorder(Instrumentation):
         return GRAPH if self.depth > 0 and not self.session.failure else None
 
     def record(
-        self, mode: str, phase: Phase, kind: Kind, name: str, tensors: list[tf.Tensor]
+        self,
+        mode: str,
+        phase: Phase,
+        kind: Kind,
+        name: str,
+        tensors: list[tf.Tensor],
+        note: str = "",
     ) -> None:
         """One record per tensor (slot = position); eager now, graph at every execution."""
         s = self.session
@@ -150,11 +157,11 @@ class KerasRecorder(Instrumentation):
                 continue
             if mode == EAGER:
                 dump = to_host(t) if s.wants_dump(name) else None
-                s.add(phase, kind, name, self.eager_fingerprint(t), slot, dump=dump)
+                s.add(phase, kind, name, self.eager_fingerprint(t), slot, note, dump)
             else:
                 key = (phase, kind, name, slot, dtype_name(t.dtype))
                 dump = self._dump_variable(key, t)
-                spec = ProbeSpec(phase, kind, name, slot, key[4], t.shape.rank, "", dump)
+                spec = ProbeSpec(phase, kind, name, slot, key[4], t.shape.rank, "", dump, note=note)
                 self.table.probe(spec, t)
 
     def eager_fingerprint(self, t: tf.Tensor) -> Fingerprint:
@@ -301,9 +308,25 @@ class KerasRecorder(Instrumentation):
             mode = recorder.mode()
             if mode is not None:
                 recorder.guard(recorder.record_loss)(mode, target)
-            return original(tape, target, *args, **kwargs)
+            result = original(tape, target, *args, **kwargs)
+            if mode is not None:
+                recorder.guard(recorder.remember_tape_gradients)(result)
+            return result
 
         return gradient
+
+    def remember_tape_gradients(self, result: Any) -> None:
+        """The gradients ``tape.gradient()`` returned, by weak reference: one that reaches
+        ``apply_gradients()`` as another tensor was edited in between (clipping)."""
+        if len(self.tape_gradients) > 100_000:
+            self.tape_gradients.clear()
+        for grad in tf.nest.flatten(result):
+            if grad is not None:
+                self.tape_gradients[id(grad)] = weakref.ref(grad)
+
+    def _from_tape(self, grad: Any) -> bool:
+        ref = self.tape_gradients.get(id(grad))
+        return ref is not None and ref() is grad
 
     def record_loss(self, mode: str, target: Any) -> None:
         if mode == GRAPH or self.session.begin_event():
@@ -343,13 +366,20 @@ class KerasRecorder(Instrumentation):
         return name
 
     def before_apply(self, mode: str, grads: list[Any], variables: list[Any]) -> None:
+        """The gradients the update reads: in the backward phase as the tape returned them,
+        in the optimizer phase (noted) where they are other tensors (edited since)."""
         if mode == EAGER and not self.session.begin_event():
             return
+        from_tape = bool(self.tape_gradients)  # (else they came from elsewhere: as before)
         for grad, variable in zip(grads, variables, strict=False):
             if grad is None:
                 continue
             parts = [grad.values, grad.indices] if isinstance(grad, tf.IndexedSlices) else [grad]
-            self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, self.var_name(variable), parts)
+            name = self.var_name(variable)
+            if from_tape and not self._from_tape(grad):
+                self.record(mode, Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, EDITED_AFTER_TAPE)
+            else:
+                self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, parts)
 
     def after_apply(self, mode: str, optimizer: Any, variables: list[Any]) -> None:
         s = self.session
@@ -424,6 +454,7 @@ class KerasRecorder(Instrumentation):
     def drain(self) -> None:
         """After an outermost ``tf.function`` call: the probes that ran, in trace order."""
         self.table.end_trace()
+        self.tape_gradients.clear()  # (symbolic tensors of the traces this call made)
         fired = self.table.drain()
         if not fired:
             return
@@ -442,7 +473,7 @@ class KerasRecorder(Instrumentation):
                 dump = None
                 if spec.dump is not None and s.wants_dump(spec.name):
                     dump = to_host(spec.dump.read_value())
-                s.add(spec.phase, spec.kind, spec.name, fingerprint, spec.slot, dump=dump)
+                s.add(spec.phase, spec.kind, spec.name, fingerprint, spec.slot, spec.note, dump)
         if EVENT_STEPPED in events:
             s.optimizer_stepped()
 
@@ -502,6 +533,7 @@ class KerasRecorder(Instrumentation):
 
     def at_step_start(self, session: Session) -> None:
         self.eager_cache.clear()
+        self.tape_gradients.clear()
         for name, fingerprint in self.host_generators.fingerprints():
             session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
         for name, state in framework_generators():

@@ -43,6 +43,7 @@ class ProbeSpec:
     event: str = ""  # non-empty: a step-model event, not a record
     dump: Any = None  # a tf.Variable holding the last value, when dumps may be asked for
     source: Any = None  # a weak reference to what an event is about
+    note: str = ""  # the records' note
 
 
 def own_variable(initial: tf.Tensor | np.ndarray, shape: tf.TensorShape | None = None) -> Any:
