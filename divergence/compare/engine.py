@@ -372,6 +372,7 @@ def _propagation(records: np.ndarray, differs: np.ndarray) -> Propagation:
         final_params_differing=int(np.count_nonzero(final_params & differs[lo:hi])),
         final_params_total=int(np.count_nonzero(final_params)),
         final_step=final_step,
+        last_difference_step=int(steps[-1]),
     )
 
 

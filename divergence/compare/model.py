@@ -102,6 +102,17 @@ class Propagation:
     final_params_differing: int
     final_params_total: int
     final_step: int
+    last_difference_step: int = 0
+
+    @property
+    def healed(self) -> bool:
+        """Whether the difference did not last: nothing differs in the last updated step,
+        whose parameters all match (weights overwritten alike, a branch taken once)."""
+        return (
+            self.final_params_total > 0
+            and self.final_params_differing == 0
+            and self.last_difference_step < self.final_step
+        )
 
 
 @dataclass

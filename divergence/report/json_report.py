@@ -63,7 +63,9 @@ def process_json(p: ProcessComparison) -> dict[str, Any]:
         "complete_a": p.complete_a,
         "complete_b": p.complete_b,
         "first_divergence": divergence_json(p.first) if p.first else None,
-        "propagation": asdict(p.propagation) if p.propagation else None,
+        "propagation": (
+            {**asdict(p.propagation), "healed": p.propagation.healed} if p.propagation else None
+        ),
         "role": p.role,
         "role_text": p.role_text,
     }

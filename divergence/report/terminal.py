@@ -192,6 +192,14 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
             if prop.final_params_total
             else []  # (no optimizer step in the compared records)
         ),
+        *(
+            [
+                f"the difference did not last: no record differs after step "
+                f"{prop.last_difference_step}, and the final parameters are identical"
+            ]
+            if prop.healed
+            else []
+        ),
     ]
 
 

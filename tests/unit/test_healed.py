@@ -1,0 +1,52 @@
+"""A difference that does not last (initial weights overwritten alike before training, a
+branch taken once): compare still reports it, and says that nothing differs after it and the
+final parameters are identical. Runs written through the real :class:`Session`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from divergence.compare.engine import compare_runs
+from divergence.fingerprint import Algorithm
+from divergence.record.config import RecordConfig
+from divergence.record.session import Fingerprint, Session
+from divergence.report.json_report import comparison_json
+from divergence.report.terminal import render_text
+from divergence.store.schema import Kind, Phase
+
+
+def write_run(path: Path, initial: int, final: int) -> Path:
+    """Three steps of one parameter: its initial value, then its value after each update
+    (``final`` after the last one)."""
+    session = Session(RecordConfig(output=str(path)), path)
+    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    for step in range(3):
+        session.begin_event()
+        if step == 0:
+            session.add(Phase.INIT, Kind.PARAM, "fc.weight", fingerprint(initial))
+        value = final if step == 2 else 100 + step
+        session.add(Phase.OPTIMIZER, Kind.PARAM, "fc.weight", fingerprint(value))
+        session.optimizer_stepped()
+    session.finish()
+    return path
+
+
+def fingerprint(value: int) -> Fingerprint:
+    return Fingerprint(value, "float32", (4,), Algorithm.XXH3_64)
+
+
+def test_a_difference_that_did_not_last_says_so(tmp_path: Path) -> None:
+    comparison = compare_runs(write_run(tmp_path / "a", 1, 7), write_run(tmp_path / "b", 2, 7))
+    assert comparison.first is not None and comparison.first.phase == "init"
+    text = " ".join(render_text(comparison).split())
+    assert "the difference did not last: no record differs after step 0, and the final" in text
+    (process,) = json.loads(json.dumps(comparison_json(comparison)))["processes"]
+    assert process["propagation"]["healed"] is True
+
+
+def test_a_difference_that_reaches_the_final_parameters_is_not_healed(tmp_path: Path) -> None:
+    comparison = compare_runs(write_run(tmp_path / "a", 1, 7), write_run(tmp_path / "b", 2, 8))
+    assert "did not last" not in render_text(comparison)
+    (process,) = comparison_json(comparison)["processes"]
+    assert process["propagation"]["healed"] is False
