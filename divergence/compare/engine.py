@@ -22,7 +22,7 @@ from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
-from divergence.store.schema import Kind, Phase, parse_shape
+from divergence.store.schema import BARE_TENSOR, Kind, Phase, parse_shape
 from divergence.wording import describe_status
 
 
@@ -145,8 +145,9 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     rng_differs = value_differs & rng_rows
     value_differs &= ~rng_rows
     first_value = int(np.argmax(value_differs)) if value_differs.any() else None
-    if first_value is not None:
-        first_value = _initial_value_first(a.records, value_differs, first_value)
+    if first_value is not None and BARE_TENSOR in a.strings:
+        bare = a.strings.index(BARE_TENSOR)
+        first_value = _initial_value_first(a.records, value_differs, first_value, bare)
     first: Divergence | None = None
     if first_value is not None:
         first = _value_divergence(key, a, b, first_value)
@@ -177,14 +178,26 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     )
 
 
-def _initial_value_first(records: np.ndarray, differs: np.ndarray, first: int) -> int:
-    """The first differing initial value (init phase) in ``first``'s step, else ``first``.
-    An initial value is an input of the training, never a result of the step it is recorded
-    in: it is recorded late only where the recorder first sees the parameter late (a lazy
-    module's, when the call that made it returns; a bare tensor no module holds, at its first
-    optimizer step), after the records its value made differ."""
+def _initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, note: int) -> int:
+    """The first differing initial value of a tensor no module holds (init records with the
+    string ``note``) in ``first``'s step, else ``first``. Such a tensor is first seen at its
+    optimizer step, after the records its value made differ, but its initial value is an
+    input of the step, not a result. (Not for other init records: a lazy module's can be made
+    from the step's data.)
+
+    >>> from divergence.store.schema import RECORD_DTYPE
+    >>> records = np.zeros(3, RECORD_DTYPE)
+    >>> records["phase"] = [Phase.DATA, Phase.FORWARD, Phase.INIT]
+    >>> records["note"] = [0, 0, 5]
+    >>> _initial_value_first(records, np.array([True, True, True]), 0, note=5)
+    2
+    >>> _initial_value_first(records, np.array([True, True, False]), 0, note=5)
+    0
+    """
     step, end = records["step"][first], differs.size
-    rows = first + np.flatnonzero(differs[first:] & (records["phase"][first:end] == Phase.INIT))
+    tail = records[first:end]
+    moved = differs[first:] & (tail["phase"] == Phase.INIT) & (tail["note"] == note)
+    rows = first + np.flatnonzero(moved)
     rows = rows[records["step"][rows] == step]
     return int(rows[0]) if rows.size else first
 

@@ -17,6 +17,7 @@ from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.record.hyperparameters import differing_settings
 from divergence.store.reader import RunFile
 from divergence.store.schema import (
+    BARE_TENSOR,
     BEFORE_BACKWARD_HOOKS,
     BEFORE_HOOKS,
     BEFORE_PRE_HOOKS,
@@ -120,7 +121,7 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
             f"{name}'s gradient after the tape returned it (tf.clip_by_global_norm, loss "
             "scaling, gradient noise); the gradient the tape returned was not recorded"
         )
-    elif _has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT):
+    elif _has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT, BARE_TENSOR):
         divergence.origin = None  # (the backward's gradient of it was not seen)
         divergence.origin_text = (
             f"in the backward or after it: {name} is a tensor no module holds, first seen at "
@@ -411,12 +412,21 @@ def _origin_outside(kind: Kind, name: str, step: int) -> str:
     return f"between the previous probe and {_code(name)}"
 
 
-def _has(run: RunFile, rows: np.ndarray, kind: Kind, name: str, phase: Phase | None = None) -> bool:
+def _has(
+    run: RunFile,
+    rows: np.ndarray,
+    kind: Kind,
+    name: str,
+    phase: Phase | None = None,
+    note: str | None = None,
+) -> bool:
+    """Whether ``rows`` hold a record of ``kind`` and ``name`` (and ``phase``, ``note``)."""
     records = run.records
     return any(
         records["kind"][i] == kind
         and run.strings[records["name"][i]] == name
         and (phase is None or records["phase"][i] == phase)
+        and (note is None or run.strings[records["note"][i]] == note)
         for i in rows
     )
 

@@ -10,7 +10,8 @@ True
 >>> match_cause("value", "op_output", "emb/aten.index_add.default", [], "backward",
 ...             facts={"op": "aten.index_add.default", "device": "cuda"}).cause
 'compute'
->>> matching_hints("value", "batch", "Net", [], "data", facts={"str_hash": "random"})[0][:26]
+>>> facts = {"str_hash": "random", "layout": "same"}
+>>> matching_hints("value", "batch", "Net", [], "data", facts)[0][:26]
 'PYTHONHASHSEED was not set'
 """
 

@@ -54,7 +54,8 @@ def resolve_command(command: list[str]) -> list[str]:
         raise RecordError("no command to record", hint="diverge record -- python train.py")
     if command[0].startswith("-"):  # (an option diverge does not know, taken for the command)
         raise RecordError(
-            f"no such option: {command[0]}", hint="see --help; the command goes after --"
+            f"no such option: {command[0]}",
+            hint="options go before --, the command after it (see --help)",
         )
     first = Path(command[0])
     if first.suffix == ".py" and first.is_file() and not os.access(first, os.X_OK):

@@ -120,6 +120,8 @@ BEFORE_BACKWARD_HOOKS = (
     "taken before the module's own backward hooks, which can change the gradient it passes on"
 )
 BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace it"
+# On the init record of a tensor no module holds, adopted at its first optimizer step
+BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
 # On a Keras gradient recorded in the optimizer phase: apply_gradients() got another tensor
 # than tape.gradient() returned (clipped, scaled, edited), and the tape's was not recorded
 EDITED_AFTER_TAPE = "edited after tape.gradient(), whose gradient was not recorded"

@@ -164,6 +164,33 @@ def test_a_tensor_no_module_holds_is_recorded_from_its_first_step(record: Record
     assert (code, report["status"]) == (0, "identical")
 
 
+def test_tensors_no_module_holds_are_told_apart_by_object_and_optimizer(
+    record: Recorder,
+) -> None:
+    """Fresh tensors given the ids of freed ones (a sweep) are adopted again, so the runs do
+    not depend on which ids Python reuses; two optimizers of one type name theirs apart."""
+    plain = record("bare_sweep.py")
+    code, report = compare_json(plain, record("bare_sweep.py", env={"SWEEP_KEEP": "1"}))
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+    first = first_difference(plain, record("bare_sweep.py", env={"SWEEP_D_SCALE": "2"}))
+    assert place(first) == (0, "init", "param", "SGD#1.group0.param0")
+
+
+def test_only_a_tensor_no_module_holds_has_its_initial_value_moved_first(
+    record: Recorder,
+) -> None:
+    """A lazy parameter made from the first batch (ActNorm) differs because the batch does:
+    the batch stays the first difference. A module parameter whose gradient is assigned
+    without a backward is still said to be set so (it has an init record in that step)."""
+    first = first_difference(record("actnorm.py"), record("actnorm.py", env={"ACTNORM_DATA": "2"}))
+    assert place(first)[:3] == (0, "data", "batch")
+    first = first_difference(
+        record("assigned_grads.py"), record("assigned_grads.py", env={"ASSIGNED_NOISE": "1e-4"})
+    )
+    assert place(first) == (0, "optimizer", "param_grad", "weight")
+    assert first["origin"] is True and "set without a backward" in first["origin_text"]
+
+
 def test_gradients_are_recorded_again_only_when_changed_after_the_backward(
     record: Recorder,
 ) -> None:
@@ -407,3 +434,27 @@ def test_runs_whose_command_failed_compare_with_a_note_saying_so(tmp_path: Path)
     notes = " ".join(result.stdout.split())
     assert notes.count("the command ended: exit status 3") == 2  # one note a run
     assert "run A: the command ended: exit status 3" in notes
+
+
+def test_each_param_group_s_settings_are_named_after_its_optimizer(tmp_path: Path) -> None:
+    """Groups after the first keep the optimizer's label (the state names of the group
+    before must not leak into it)."""
+    import torch
+    from torch import nn
+
+    import divergence
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    groups = [{"params": model[0].parameters()}, {"params": model[1].parameters(), "lr": 0.01}]
+    optimizer = torch.optim.Adam(groups, lr=0.1)
+    with divergence.Recorder(tmp_path / "run"):
+        for _ in range(2):
+            model(torch.ones(2, 4)).sum().backward()
+            optimizer.step()
+    file = Run.open(tmp_path / "run").processes[0].load()
+    rows = file.records[file.records["kind"] == Kind.HYPERPARAM]
+    names = [file.strings[i] for i in rows["name"]]
+    assert names == ["Adam.group0", "Adam.group1"] * 2

@@ -41,10 +41,11 @@ def record(
     args: Iterable[str] = (),
     env: dict[str, str] | None = None,
     options: Iterable[str] = (),
+    script: Path = SCRIPT,
 ) -> Path:
     """``diverge record OPTIONS -o out -- python train_keras.py ARGS``; asserts it succeeded."""
     command = [str(BIN / "diverge"), "record", *options, "-o", str(out), "--", "python"]
-    result = run([*command, str(SCRIPT), *args], env)
+    result = run([*command, str(script), *args], env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "recording stopped" not in result.stderr, result.stderr[-3000:]
     return out

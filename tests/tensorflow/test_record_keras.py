@@ -219,3 +219,40 @@ def test_a_gradient_clipped_before_apply_gradients_is_named(keras_cli: Any, runs
     assert len(grads) and set(grads["phase"]) == {Phase.OPTIMIZER}
     records = Run.open(runs / "tape").processes[0].load().records
     assert set(records[records["kind"] == Kind.PARAM_GRAD]["phase"]) == {Phase.BACKWARD}
+
+
+TWO_OPTIMIZERS = """
+import sys
+import keras, numpy as np, tensorflow as tf
+keras.utils.set_random_seed(0)
+g = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
+d = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+first, second = keras.optimizers.Adam(0.01), keras.optimizers.Adam(float(sys.argv[1]))
+
+@tf.function
+def step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(d(g(x)) ** 2)
+    first.apply_gradients(zip(tape.gradient(loss, d.trainable_variables), d.trainable_variables))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((d(g(x)) - 1) ** 2)
+    second.apply_gradients(zip(tape.gradient(loss, g.trainable_variables), g.trainable_variables))
+
+for i in range(2):
+    step(tf.ones((8, 4)) * i)
+"""
+
+
+def test_two_optimizers_of_one_class_have_their_own_settings(
+    keras_cli: Any, tmp_path: Path
+) -> None:
+    """``Adam.settings`` and ``Adam#1.settings``, numbered in the order of their first
+    update: a learning rate that differs names the optimizer it belongs to."""
+    script = tmp_path / "two.py"
+    script.write_text(TWO_OPTIMIZERS)
+    runs = [keras_cli.record(tmp_path / lr, (lr,), script=script) for lr in ("0.01", "0.02")]
+    file = Run.open(runs[0]).processes[0].load()
+    rows = file.records[file.records["kind"] == Kind.HYPERPARAM]
+    assert [file.strings[i] for i in rows["name"]] == ["Adam.settings", "Adam#1.settings"] * 2
+    code, report = keras_cli.compare(*runs)
+    assert (code, report["first_divergence"]["location"]) == (1, "Adam#1.settings")

@@ -15,6 +15,7 @@ as its configuration), without the optimizer's name; nested configurations are f
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -22,9 +23,33 @@ import numpy as np
 
 
 def optimizer_settings(optimizer: Any) -> dict[str, object]:
-    """Read eagerly (a learning rate held in a variable is read from the host)."""
-    config = dict(optimizer.get_config())
+    """Read eagerly (a learning rate held in a variable is read from the host). A learning
+    rate given as a function is written by its name: Keras serialises a lambda's code, file
+    name and line included, and warns about it. An optimizer whose configuration cannot be
+    read says so.
+
+    >>> import keras
+    >>> class Broken(keras.optimizers.SGD):
+    ...     def get_config(self):
+    ...         raise NotImplementedError
+    >>> optimizer_settings(Broken(0.1))
+    {'get_config': 'unreadable (NotImplementedError)'}
+    >>> optimizer_settings(keras.optimizers.Adam(lambda: 0.01))["learning_rate"]
+    '<function <lambda>>'
+    """
+    # (imported here: this module is loaded while keras itself is being imported)
+    from keras.optimizers.schedules import LearningRateSchedule
+
+    rate = getattr(optimizer, "_learning_rate", None)
+    function = callable(rate) and not isinstance(rate, LearningRateSchedule)
+    try:
+        with warnings.catch_warnings(record=function):  # (record=True: not shown, not kept)
+            config = dict(optimizer.get_config())
+    except Exception as exc:
+        config = {"get_config": f"unreadable ({type(exc).__name__})"}
     config.pop("name", None)
+    if function and "learning_rate" in config:
+        config["learning_rate"] = f"<function {getattr(rate, '__qualname__', type(rate).__name__)}>"
     return dict(_flat(config, ""))
 
 

@@ -52,6 +52,7 @@ class ParameterBook:
         # reference (``torch.utils.swap_tensors`` swaps gradients too, and refuses those)
         self.grads: dict[int, tuple[int, int, int]] = {}
         self.grad_hooks: dict[int, RemovableHandle] = {}
+        self.bare: set[int] = set()  # adopted from an optimizer: in no module
         self.frozen: list[Slot] = []  # adopted with requires_grad=False
         self.watched: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, str], Watched]]
         self.watched = weakref.WeakKeyDictionary()
@@ -76,13 +77,25 @@ class ParameterBook:
         elif not self._hooked(param):
             self._hook_gradient(param)
 
-    def adopt_bare(self, param: torch.Tensor, name: str) -> str:
+    def adopt_bare(self, param: torch.Tensor, name: str) -> None:
         """Name a parameter that lives in no module (found in an optimizer) and hook its
-        gradient; returns ``name``."""
+        gradient. It is told from a later tensor given its id by that hook (see
+        :meth:`bare_name`)."""
         self.names[id(param)] = name
         self.versions[id(param)] = version_of(param)
+        self.prints.pop(id(param), None)
+        self.grads.pop(id(param), None)
+        self.bare.add(id(param))
         if param.requires_grad and not self._hooked(param):
             self._hook_gradient(param)
+
+    def name_of(self, param: torch.Tensor) -> str | None:
+        """The name of an adopted parameter, or None: also for a tensor that only has the id
+        of a bare one since freed (it lacks that one's gradient hook; never a weak reference:
+        ``swap_tensors`` refuses tensors that have one)."""
+        name = self.names.get(id(param))
+        if name is not None and id(param) in self.bare and param.requires_grad:
+            return name if self._hooked(param) else None
         return name
 
     def watch(
@@ -94,16 +107,6 @@ class ParameterBook:
         slot = (id(module), key)
         if slot not in watched:
             watched[slot] = (weakref.ref(module), key, self.names[id(param)], id(param))
-
-    def name_for_optimizer(
-        self, param: torch.Tensor, optimizer: torch.optim.Optimizer, index: str
-    ) -> str:
-        """The name of a parameter, or one from its optimizer for a parameter no model call
-        showed (``Adam.group0.param1``)."""
-        name = self.names.get(id(param))
-        if name is None:
-            name = self.names[id(param)] = f"{type(optimizer).__name__}.{index}"
-        return name
 
     # --- writes ---------------------------------------------------------------------------
     def read_by(self, root: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

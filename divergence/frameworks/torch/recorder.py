@@ -56,6 +56,7 @@ from divergence.record.hyperparameters import GroupSettings
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import (
+    BARE_TENSOR,
     BEFORE_BACKWARD_HOOKS,
     BEFORE_HOOKS,
     BEFORE_PRE_HOOKS,
@@ -327,9 +328,12 @@ class TorchRecorder(Instrumentation):
         s.add(phase, kind, name, fingerprint, slot, note, dump)
         return fingerprint
 
-    def _add_param(self, phase: Phase, name: str, param: torch.Tensor, cached: bool) -> None:
+    def _add_param(
+        self, phase: Phase, name: str, param: torch.Tensor, cached: bool, note: str = ""
+    ) -> None:
         """A parameter's record; its fingerprint is kept to tell a write from a version bump."""
-        self.params.prints[id(param)] = self._add(phase, Kind.PARAM, name, param, 0, cached).value
+        fingerprint = self._add(phase, Kind.PARAM, name, param, 0, cached, note)
+        self.params.prints[id(param)] = fingerprint.value
 
     def _add_if_written(
         self,
@@ -452,16 +456,16 @@ class TorchRecorder(Instrumentation):
         showed (a bare tensor such as ``w = torch.randn(4, requires_grad=True)``) is adopted
         here, at its first step: named from the optimizer (``SGD.group0.param2``), its value
         recorded as its initial one, its gradient hooked for the next steps."""
-        names, s = self.params.names, self.session
+        s = self.session
         stepped: list[tuple[str, torch.Tensor]] = []
         for g, group in enumerate(optimizer.param_groups):
             for i, param in enumerate(group["params"]):
-                name = names.get(id(param))
+                name = self.params.name_of(param)
                 if name is None:
-                    label = f"{type(optimizer).__name__}.group{g}.param{i}"
-                    name = self.params.adopt_bare(param, label)
+                    name = f"{self._optimizer_label(optimizer)}.group{g}.param{i}"
+                    self.params.adopt_bare(param, name)
                     if s.wants(name) and s.begin_optimizer_event():
-                        self._add_param(Phase.INIT, name, param, cached=True)
+                        self._add_param(Phase.INIT, name, param, cached=True, note=BARE_TENSOR)
                 stepped.append((name, param))
         return stepped
 
@@ -542,13 +546,14 @@ class TorchRecorder(Instrumentation):
         if s.begin_optimizer_event():
             state = optimizer.state
             label = self._optimizer_label(optimizer)
+            names = {id(param): name for name, param in self._stepped_parameters(optimizer)}
             for g, group in enumerate(optimizer.param_groups):
                 settings = f"{label}.group{g}"  # (lr, betas...: as this update used them)
                 if s.wants(settings):
                     fingerprint, text = self.group_settings(group)
                     s.add(Phase.OPTIMIZER, Kind.HYPERPARAM, settings, fingerprint, note=text)
-                for i, param in enumerate(group["params"]):
-                    name = self.params.name_for_optimizer(param, optimizer, f"group{g}.param{i}")
+                for param in group["params"]:
+                    name = names[id(param)]
                     if not s.wants(name):
                         continue
                     # Past the cache: an optimizer writing through ``param.data`` changes the
@@ -556,8 +561,8 @@ class TorchRecorder(Instrumentation):
                     self._add_param(Phase.OPTIMIZER, name, param, cached=False)
                     for key, value in sorted(state.get(param, {}).items(), key=_by_key):
                         if isinstance(value, torch.Tensor):
-                            label = self._state_label(name, key)
-                            self._add(Phase.OPTIMIZER, Kind.OPTIM_STATE, label, value, cached=False)
+                            slot = self._state_label(name, key)
+                            self._add(Phase.OPTIMIZER, Kind.OPTIM_STATE, slot, value, cached=False)
             if not self.stepped_this_step:
                 self._add_buffers()
         self.stepped_this_step.add(id(optimizer))
