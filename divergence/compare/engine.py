@@ -152,7 +152,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     if first_value is not None:
         first = _value_divergence(key, a, b, first_value)
         evidence = _rng_evidence(a, np.flatnonzero(rng_differs), first.step)
-        undrawn = _never_drawn(a, first.step) & _never_drawn(b, first.step)
+        undrawn = _never_drawn(_draws(a, first.step), _draws(b, first.step))
         first.rng_evidence = [e for e in evidence if e.split(" ")[0] not in undrawn]
         first.rng_undrawn = [e.split(" ")[0] for e in evidence if e.split(" ")[0] in undrawn]
     elif structure_end < n:
@@ -225,27 +225,47 @@ def _rng_evidence(a: RunFile, rows: np.ndarray, step: int) -> list[str]:
     return [f"{name} from step {first}" for name, first in seen.items()]
 
 
-def _never_drawn(run: RunFile, step: int) -> set[str]:
-    """Host generators (python's, numpy's) ``run`` never drew from up to the end of ``step``:
-    each of their states recorded up to the start of step ``step + 1`` is the state the
-    process started with (``meta.rng_at_start``, known when ``diverge record`` started it).
-    Without a record at ``step + 1`` a draw late in ``step`` cannot be ruled out."""
+def _never_drawn(draws_a: dict[str, bool | None], draws_b: dict[str, bool | None]) -> set[str]:
+    """Generators neither run drew from, proven in at least one of them (see :func:`_draws`):
+    the runs executed the same code up to the divergence, so a run that ended before the next
+    step (a skipped or crashed update) does not hide a draw the other run would show.
+
+    >>> sorted(_never_drawn({"numpy": False, "python": None}, {"numpy": None, "python": None}))
+    ['numpy']
+    >>> _never_drawn({"numpy": False}, {"numpy": True})
+    set()
+    """
+    names = draws_a.keys() | draws_b.keys()
+    return {
+        name
+        for name in names
+        if True not in (draws_a.get(name), draws_b.get(name))
+        and False in (draws_a.get(name), draws_b.get(name))
+    }
+
+
+def _draws(run: RunFile, step: int) -> dict[str, bool | None]:
+    """Whether ``run`` drew from each host generator (python's, numpy's) up to the end of
+    ``step``: True when a state recorded up to the start of step ``step + 1`` differs from the
+    one the process started with (``meta.rng_at_start``, known when ``diverge record`` started
+    it); False when they all equal it and one was recorded at ``step + 1``; else None (a draw
+    late in ``step`` cannot be ruled out)."""
     at_start = run.meta.get("rng_at_start")
     if not isinstance(at_start, dict):
-        return set()
+        return {}
     records = run.records
     rows = np.flatnonzero(records["kind"] == Kind.RNG_STATE)
     names = np.array([run.strings[i] for i in records["name"][rows]], dtype=object)
     steps, prints = records["step"][rows], records["fp"][rows]
-    undrawn: set[str] = set()
+    draws: dict[str, bool | None] = {}
     for name, text in at_start.items():
         mine = names == name
-        if not (mine & (steps == step + 1)).any():
-            continue
         upto = mine & (steps <= step + 1)
-        if (prints[upto] == np.uint64(int(str(text), 16))).all():
-            undrawn.add(name)
-    return undrawn
+        if not (prints[upto] == np.uint64(int(str(text), 16))).all():
+            draws[name] = True
+        else:
+            draws[name] = False if (mine & (steps == step + 1)).any() else None
+    return draws
 
 
 def _refuse_mixed_algorithms(a: RunFile, b: RunFile, row: int) -> None:

@@ -531,7 +531,7 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
             f"`{d.facts['op']}` on {d.facts.get('device', 'cpu')}: inputs matched, "
             f"output {d.slot} did not"
         )
-    elif d.kind == "hyperparam":
+    elif d.kind == "hyperparam" and d.reason == "value":
         lines.append(f"the settings of `{d.location}` differ at {where}: {settings_difference(d)}")
     elif d.kind == "param_grad" and d.phase == "optimizer":
         what = (

@@ -19,15 +19,20 @@ STEPS = 3
 
 
 def write_run(
-    path: Path, start: int, drawn: bool, changed_step: int | None, known_start: bool = True
+    path: Path,
+    start: int,
+    drawn: bool,
+    changed_step: int | None,
+    known_start: bool = True,
+    steps: int = STEPS,
 ) -> Path:
     """``python.random`` starts at state ``start`` (and moves every step if ``drawn``); the
-    output of ``fc`` changes at ``changed_step``."""
+    output of ``fc`` changes at ``changed_step``; the run ends after ``steps`` steps."""
     session = Session(RecordConfig(output=str(path)), path)
     session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
     if known_start:  # (`diverge record` knows it; the Python API does not)
         session.host_generators_at_start = {"python.random": f"{start:016x}"}
-    for step in range(STEPS):
+    for step in range(steps):
         session.begin_event()
         state = Fingerprint(start + step * drawn, "mt19937", (625,), Algorithm.XXH3_64)
         session.add(Phase.RNG, Kind.RNG_STATE, "python.random", state)
@@ -71,3 +76,16 @@ def test_a_draw_that_cannot_be_ruled_out_stays_evidence(
     first = first_divergence(tmp_path, drawn=False, step=step, known_start=known_start)
     assert first.rng_evidence == ["python.random from step 0"]
     assert first.cause == "rng"
+
+
+def test_a_run_that_ends_at_the_divergence_does_not_hide_what_the_other_proves(
+    tmp_path: Path,
+) -> None:
+    """Run B stops after the step it diverges in (a skipped update, a crash): run A, which
+    ran the same code up to there, shows the generator untouched through that step."""
+    a = write_run(tmp_path / "a", 100, False, None)
+    b = write_run(tmp_path / "b", 200, False, 0, steps=1)
+    first = compare_runs(a, b).first
+    assert first is not None and (first.step, first.location) == (0, "fc")
+    assert first.rng_evidence == [] and first.rng_undrawn == ["python.random"]
+    assert first.cause == "compute"
