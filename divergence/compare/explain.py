@@ -38,6 +38,8 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     previous = _describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
     divergence.facts.update(_run_facts(run.meta))
     divergence.facts["layout"] = _layout(divergence)
+    if divergence.phase == Phase.INIT.label:
+        divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
     if kind in (Kind.OP_OUTPUT, Kind.OP_INPUT):
         explain_op(divergence, run, row)
     elif kind in (Kind.OUTPUT, Kind.INPUT):
@@ -94,7 +96,8 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
             divergence.origin = None
             divergence.origin_text += hooks
     else:
-        divergence.origin_text = _origin_outside(kind, name, step)
+        late = divergence.facts.get("seen") == "late"
+        divergence.origin_text = _origin_outside(kind, name, step, late)
         if kind == Kind.BATCH and _noted(run, row, EVAL_MODE):
             divergence.origin_text += (
                 f"; the model was in eval mode: an evaluation or validation pass, run after "
@@ -394,7 +397,12 @@ def written_when(phase: str, step: int) -> str:
     return f"before step {step}'s forward"
 
 
-def _origin_outside(kind: Kind, name: str, step: int) -> str:
+def _origin_outside(kind: Kind, name: str, step: int, late: bool = False) -> str:
+    if kind == Kind.PARAM and late:
+        return (
+            f"before step {step}, where this model was first called: its weights as the "
+            "recorder first saw them differ (made or written before that call)"
+        )
     if kind == Kind.PARAM:
         return "before training: the initial parameters differ"
     if kind == Kind.RNG_STATE:
@@ -519,7 +527,12 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
             f"recorded before {where} matched"
         )
     if d.kind == "param" and d.phase == "init" and d.reason == "value":
-        lines.append(f"parameter `{d.location}` differs at initialisation, before any step")
+        when = (
+            f"when first seen, at step {d.step}"
+            if d.facts.get("seen") == "late"
+            else "at initialisation, before any step"
+        )
+        lines.append(f"parameter `{d.location}` differs {when}")
     elif d.kind == "batch" and d.reason == "value":
         evaluation = " (the model was in eval mode)" if d.a and d.a.note == EVAL_MODE else ""
         lines.append(

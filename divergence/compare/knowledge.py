@@ -38,6 +38,7 @@ LIST_FIELDS = (
     "frameworks",
     "str_hashes",
     "layouts",
+    "seen",
 )
 COMPUTE_KINDS = (
     "output",
@@ -71,6 +72,7 @@ class Cause:
     frameworks: tuple[str, ...] = ()  # "torch", "tensorflow"
     str_hashes: tuple[str, ...] = ()  # "random" (PYTHONHASHSEED unset) or "fixed"
     layouts: tuple[str, ...] = ()  # what differs besides the bits: "shape", "dtype" or "same"
+    seen: tuple[str, ...] = ()  # an init record's: "start", or "late" (after the first step)
     holds_for: str = ""
 
     def applies(
@@ -94,6 +96,7 @@ class Cause:
             and _holds(self.frameworks, facts.get("framework", ""))
             and _holds(self.str_hashes, facts.get("str_hash", ""))
             and _holds(self.layouts, facts.get("layout", ""))
+            and _holds(self.seen, facts.get("seen", ""))
         )
 
 

@@ -458,3 +458,13 @@ def test_each_param_group_s_settings_are_named_after_its_optimizer(tmp_path: Pat
     rows = file.records[file.records["kind"] == Kind.HYPERPARAM]
     names = [file.strings[i] for i in rows["name"]]
     assert names == ["Adam.group0", "Adam.group1"] * 2
+
+
+def test_a_model_first_called_late_is_not_an_initialisation_problem(record: Recorder) -> None:
+    """An EMA model evaluated only after training is first seen at the last step: weights
+    that differ there were written before its first call (another decay), not drawn from
+    another random state at construction."""
+    first = first_difference(record("ema_late.py"), record("ema_late.py", env={"EMA_DECAY": "0.9"}))
+    assert place(first) == (4, "init", "param", "AveragedModel#1.module.0.weight")
+    assert "where this model was first called" in first["origin_text"]
+    assert first["cause"] == "parameters" and "EMA or SWA" in first["cause_text"]
