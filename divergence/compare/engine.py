@@ -161,7 +161,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         first = _length_divergence(key, a, b, n)
     propagation = None
     if first_value is not None:
-        propagation = _propagation(a.records[:structure_end], value_differs)
+        propagation = _propagation(a, b, structure_end, value_differs)
     rng_names = {int(a.records["name"][i]) for i in np.flatnonzero(rng_differs)[:1000]}
     return ProcessComparison(
         process=key,
@@ -384,29 +384,42 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     return divergence
 
 
-def _propagation(records: np.ndarray, differs: np.ndarray) -> Propagation:
+def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray) -> Propagation:
     """How far the divergence spread. Works on the differing rows and on the last step only:
-    the step, kind and phase fields are strided columns of millions of rows."""
-    step, kind = records["step"], records["kind"]
+    the step, kind and phase fields are strided columns of millions of rows. Differences
+    are counted up to ``structure_end`` (past it the records no longer line up, which is
+    said); the final parameters are compared by name, over the whole files."""
+    step, kind = a.records["step"][:structure_end], a.records["kind"][:structure_end]
     rows = np.flatnonzero(differs)
     steps = step[rows]
-    first_step = int(steps[0])
     loss = rows[kind[rows] == Kind.LOSS]
-    final_step = _last_update_step(records)
-    # steps never decrease along a file: the final step's rows are one slice
-    lo, hi = np.searchsorted(step, [final_step, final_step + 1])
-    last = records[lo:hi]
-    final_params = (last["kind"] == Kind.PARAM) & (last["phase"] == Phase.OPTIMIZER)
+    (final_step, final_a), (_, final_b) = _final_prints(a), _final_prints(b)
+    common = final_a.keys() & final_b.keys()
+    aligned = structure_end >= min(a.records.size, b.records.size)
     return Propagation(
         differing_records=int(rows.size),
-        differing_in_first_step=int(np.count_nonzero(steps == first_step)),
+        differing_in_first_step=int(np.count_nonzero(steps == steps[0])),
         steps_with_differences=int(np.unique(steps).size),
         first_loss_difference_step=int(step[loss[0]]) if loss.size else None,
-        final_params_differing=int(np.count_nonzero(final_params & differs[lo:hi])),
-        final_params_total=int(np.count_nonzero(final_params)),
+        final_params_differing=sum(final_a[k] != final_b[k] for k in common),
+        final_params_total=len(common),
         final_step=final_step,
         last_difference_step=int(steps[-1]),
+        aligned_until_step=None if aligned else int(a.records["step"][structure_end]),
     )
+
+
+def _final_prints(run: RunFile) -> tuple[int, dict[str, tuple[int, str, str]]]:
+    """The last step that updated parameters, and name -> (fingerprint, dtype, shape) of
+    each parameter's record there."""
+    records, strings = run.records, run.strings
+    step = _last_update_step(records)
+    lo, hi = np.searchsorted(records["step"], [step, step + 1])  # (steps never decrease)
+    last = records[lo:hi]
+    rows = last[(last["kind"] == Kind.PARAM) & (last["phase"] == Phase.OPTIMIZER)]
+    return step, {
+        strings[r["name"]]: (int(r["fp"]), strings[r["dtype"]], strings[r["shape"]]) for r in rows
+    }
 
 
 def _last_update_step(records: np.ndarray, window: int = 1 << 16) -> int:

@@ -103,6 +103,7 @@ class Propagation:
     final_params_total: int
     final_step: int
     last_difference_step: int = 0
+    aligned_until_step: int | None = None  # records compared up to there (then a structure)
 
     @property
     def healed(self) -> bool:
@@ -112,6 +113,7 @@ class Propagation:
             self.final_params_total > 0
             and self.final_params_differing == 0
             and self.last_difference_step < self.final_step
+            and self.aligned_until_step is None
         )
 
 

@@ -173,16 +173,24 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
     assert prop is not None
     first = p.first
     assert first is not None
+    aligned = prop.aligned_until_step
     loss = (
         f"differs from step {prop.first_loss_difference_step}"
         if prop.first_loss_difference_step is not None
         else "never differs (in the recorded steps)"
+        if aligned is None
+        else f"does not differ before step {aligned}"
     )
     in_first = prop.differing_in_first_step
     return [
         f"{counted(in_first, 'record')} {'differs' if in_first == 1 else 'differ'} in step "
         f"{first.step}, {prop.differing_records:,} in all, over "
-        f"{counted(prop.steps_with_differences, 'step')}",
+        f"{counted(prop.steps_with_differences, 'step')}"
+        + (
+            f" (up to step {aligned}, where the records stop lining up)"
+            if aligned is not None
+            else ""
+        ),
         f"loss {loss}",
         *(
             [

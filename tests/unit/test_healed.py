@@ -50,3 +50,36 @@ def test_a_difference_that_reaches_the_final_parameters_is_not_healed(tmp_path: 
     assert "did not last" not in render_text(comparison)
     (process,) = comparison_json(comparison)["processes"]
     assert process["propagation"]["healed"] is False
+
+
+def test_past_a_structure_divergence_the_final_parameters_are_compared_by_name(
+    tmp_path: Path,
+) -> None:
+    """Run B records one more probe in step 1 (another code path): differences are counted up
+    to there, which the summary says, and the final parameters are still compared, by name."""
+    paths = []
+    for name, extra in (("a", False), ("b", True)):
+        path = tmp_path / name
+        session = Session(RecordConfig(output=str(path)), path)
+        session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+        for step in range(3):
+            session.begin_event()
+            output = 5 if (extra and step == 0) else 4  # (a value difference at step 0)
+            session.add(Phase.FORWARD, Kind.OUTPUT, "fc", fingerprint(output))
+            if extra and step == 1:
+                session.add(Phase.FORWARD, Kind.OUTPUT, "fc.extra", fingerprint(1))
+            final = 9 if (extra and step == 2) else 100 + step
+            session.add(Phase.OPTIMIZER, Kind.PARAM, "fc.weight", fingerprint(final))
+            session.add(Phase.OPTIMIZER, Kind.PARAM, "fc.bias", fingerprint(3))
+            session.optimizer_stepped()
+        session.finish()
+        paths.append(path)
+    comparison = compare_runs(*paths)
+    (process,) = comparison.processes
+    propagation = process.propagation
+    assert propagation is not None and propagation.aligned_until_step == 1
+    assert (propagation.final_step, propagation.final_params_differing) == (2, 1)
+    assert propagation.final_params_total == 2 and not propagation.healed
+    text = " ".join(render_text(comparison).split())
+    assert "(up to step 1, where the records stop lining up)" in text
+    assert "parameters after step 2: 1 of 2 differ" in text
