@@ -28,6 +28,7 @@ from divergence.store.schema import (
     WRITTEN_BUFFER,
     Kind,
     Phase,
+    note_parts,
 )
 
 
@@ -444,7 +445,8 @@ def _has_kind(run: RunFile, rows: np.ndarray, kind: Kind) -> bool:
 
 
 def _noted(run: RunFile, row: int, note: str) -> bool:
-    return run.strings[run.records["note"][row]] == note
+    """Whether the record's note is ``note`` (after the output key it may start with)."""
+    return note_parts(run.strings[run.records["note"][row]])[1] == note
 
 
 def _hooks_after(run: RunFile, row: int) -> str:
@@ -474,7 +476,8 @@ def _describe(run: RunFile, row: int) -> str:
     r = run.records[row]
     label = Kind(r["kind"]).label.replace("_", " ")
     slot = f" {r['slot']}" if r["slot"] else ""
-    return f"{_code(run.strings[r['name']])} {label}{slot}"
+    key = note_parts(run.strings[r["note"]])[0]
+    return f"{_code(run.strings[r['name']])} {label}{slot}{f' ({key})' if key else ''}"
 
 
 def _code(name: str) -> str:

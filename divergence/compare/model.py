@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from divergence.store.schema import Phase
+from divergence.store.schema import Phase, note_parts
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,11 @@ class Probe:
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.kind.replace('_', ' ')} {self.slot} of {self.name}"
-            if self.slot
-            else (f"{self.kind.replace('_', ' ')} of {self.name}")
-        )
+        """``output 1 of Net``; ``output 1 (logits) of Net`` when the output is a dict or a
+        record and the recorder noted the key."""
+        key = note_parts(self.note)[0]
+        what = f"{self.kind.replace('_', ' ')}{f' {self.slot}' if self.slot else ''}"
+        return f"{what}{f' ({key})' if key else ''} of {self.name}"
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: the fingerprint as 16 hex digits, the shape as a list."""

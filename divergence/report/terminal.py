@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from divergence.compare.model import Comparison, Divergence, ProcessComparison, display_value
+from divergence.store.schema import note_parts
 from divergence.wording import counted
 
 WIDTH = 100
@@ -77,7 +78,9 @@ def verdict(c: Comparison) -> Text:
             "for bit",
             style="bold green",
         )
-    where = f"{first.kind.replace('_', ' ')} of {first.location}" if first.location else "the end"
+    key = note_parts(first.a.note)[0] if first.a is not None else ""
+    what = f"{first.kind.replace('_', ' ')}{f' ({key})' if key else ''}"
+    where = f"{what} of {first.location}" if first.location else "the end"
     origin = {True: "origin", False: "propagated", None: "origin not probed"}[first.origin]
     if first.reason == "length":
         return Text(

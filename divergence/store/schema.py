@@ -129,6 +129,33 @@ EDITED_AFTER_TAPE = "edited after tape.gradient(), whose gradient was not record
 LOSS_INPUTS = ("targets", "sample_weight")
 
 
+KEY_PREFIX = "key="  # a note's part naming where an output sits in a dict or record
+NOTE_SEPARATOR = "; "
+
+
+def with_key(key: str, note: str) -> str:
+    """A record's note with the key of its tensor in the output (``"key=logits"``) first.
+
+    >>> with_key("logits", ""), with_key("", "x"), with_key("aux", "x")
+    ('key=logits', 'x', 'key=aux; x')
+    """
+    if not key:
+        return note
+    return f"{KEY_PREFIX}{key}{NOTE_SEPARATOR}{note}" if note else f"{KEY_PREFIX}{key}"
+
+
+def note_parts(note: str) -> tuple[str, str]:
+    """(key, the rest of the note).
+
+    >>> note_parts("key=aux; x"), note_parts("x")
+    (('aux', 'x'), ('', 'x'))
+    """
+    if not note.startswith(KEY_PREFIX):
+        return "", note
+    key, _, rest = note[len(KEY_PREFIX) :].partition(NOTE_SEPARATOR)
+    return key, rest
+
+
 def shape_text(shape: tuple[int, ...]) -> str:
     """How a shape is stored in ``strings``: ``(64, 256)`` -> ``"64,256"``; ``()`` -> ``""``."""
     return ",".join(map(str, shape))

@@ -468,3 +468,14 @@ def test_a_model_first_called_late_is_not_an_initialisation_problem(record: Reco
     assert place(first) == (4, "init", "param", "AveragedModel#1.module.0.weight")
     assert "where this model was first called" in first["origin_text"]
     assert first["cause"] == "parameters" and "EMA or SWA" in first["cause_text"]
+
+
+def test_outputs_in_a_dict_or_a_namedtuple_are_named_by_key(record: Recorder) -> None:
+    a = record("dict_outputs.py")
+    first = first_difference(a, record("dict_outputs.py", env={"DICT_SHIFT": "1e-3"}))
+    assert place(first) == (0, "forward", "output", "trunk")
+    assert (first["slot"], first["a"]["note"]) == (1, "key=norm")
+    result = run_cli("compare", str(a), str(record("dict_outputs.py", env={"DICT_SHIFT": "1e-3"})))
+    assert result.stdout.startswith("DIVERGED (value) at step 0, forward: output (norm) of trunk")
+    shown = run_cli("show", str(a), "--step", "0", "--probe", "Net").stdout
+    assert "key=cls" in shown and "key=reg" in shown

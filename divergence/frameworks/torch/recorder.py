@@ -63,6 +63,7 @@ from divergence.store.schema import (
     EVAL_MODE,
     Kind,
     Phase,
+    with_key,
 )
 
 WRAPPERS = frozenset(
@@ -91,6 +92,53 @@ def tensors_of(value: object) -> list[torch.Tensor]:
         else:
             return list(value)
     return [t for leaf in pytree.tree_leaves(value) for t in _leaf_tensors(leaf, 0)]
+
+
+def keyed_tensors(value: object) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of :func:`tensors_of`, in its order, each with its key path in ``value``
+    (``""`` where a position says it all: a tensor, a tuple or list of tensors).
+
+    >>> [key for key, _ in keyed_tensors({"logits": torch.ones(1), "cache": [torch.ones(1)]})]
+    ['logits', 'cache.0']
+    >>> keyed_tensors((torch.ones(1), torch.ones(1)))[1][0]
+    ''
+    """
+    tensors = tensors_of(value)
+    if type(value) in (torch.Tensor, tuple, list) and len(tensors) == len(value_items(value)):
+        return [("", t) for t in tensors]
+    keyed: list[tuple[str, torch.Tensor]] = []
+    for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+        _keyed_leaf(_path_text(path), leaf, keyed, 0)
+    return keyed if len(keyed) == len(tensors) else [("", t) for t in tensors]
+
+
+def value_items(value: object) -> tuple[Any, ...]:
+    """A tensor as one item, a tuple or list as its items."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _keyed_leaf(key: str, leaf: object, out: list[tuple[str, torch.Tensor]], depth: int) -> None:
+    if isinstance(leaf, torch.Tensor):
+        out.append((key, leaf))
+    elif depth < 8 and dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+        for field in dataclasses.fields(leaf):
+            inner = getattr(leaf, field.name, None)
+            for path, item in pytree.tree_flatten_with_path(inner)[0]:
+                path_key = ".".join(k for k in (key, field.name, _path_text(path)) if k)
+                _keyed_leaf(path_key, item, out, depth + 1)
+
+
+def _path_text(path: tuple[Any, ...]) -> str:
+    """``logits``, ``past.0.1``: a pytree key path with dots."""
+    parts = []
+    for entry in path:
+        for attribute in ("key", "idx", "name"):  # MappingKey, SequenceKey, GetAttrKey
+            if hasattr(entry, attribute):
+                parts.append(str(getattr(entry, attribute)))
+                break
+        else:
+            parts.append(str(entry))
+    return ".".join(parts)
 
 
 def _leaf_tensors(leaf: object, depth: int) -> list[torch.Tensor]:
@@ -487,10 +535,11 @@ class TorchRecorder(Instrumentation):
             return
         phase = _phase_now()
         grad_note = BEFORE_BACKWARD_HOOKS if backward_hooks else ""
-        for slot, t in enumerate(tensors_of(output)):
-            self._add(phase, Kind.OUTPUT, name, t, slot, True, note)
+        for slot, (key, t) in enumerate(keyed_tensors(output)):
+            keyed = with_key(key, note)
+            self._add(phase, Kind.OUTPUT, name, t, slot, True, keyed)
             if t.requires_grad and t.grad_fn is not None:
-                t.register_hook(_GradOfOutput(self, name, slot, grad_note))
+                t.register_hook(_GradOfOutput(self, name, slot, with_key(key, grad_note)))
 
     def enter_compiled(self, owner: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Into a torch.compile region (see ``compiled.py``): recorded as a call of its module
