@@ -46,6 +46,19 @@ PLAIN = {
 }
 
 
+def first_difference(keras_cli: Any, a: Path, b: Path) -> dict[str, Any]:
+    """The first divergence of two runs that differ (compare exits 1)."""
+    code, report = keras_cli.compare(a, b)
+    assert code == 1, report["status"]
+    first: dict[str, Any] = report["first_divergence"]
+    return first
+
+
+def place(first: dict[str, Any]) -> tuple[Any, ...]:
+    """(step, phase, kind, location) of a divergence."""
+    return first["step"], first["phase"], first["kind"], first["location"]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, keras_cli: Any) -> Path:
     root = tmp_path_factory.mktemp("keras_runs")
@@ -167,11 +180,8 @@ def test_a_different_learning_rate_is_named_with_both_values(
     """The optimizer's settings are recorded at every step (a callback or an assignment
     between steps included), before the values its update writes: a learning rate that
     differs is the origin, not an update whose inputs matched."""
-    code, report = keras_cli.compare(runs / a, runs / b)
-    first = report["first_divergence"]
-    assert code == 1
-    place = (first["step"], first["phase"], first["kind"], first["location"])
-    assert place == (step, "optimizer", "hyperparam", "Adam.settings")
+    first = first_difference(keras_cli, runs / a, runs / b)
+    assert place(first) == (step, "optimizer", "hyperparam", "Adam.settings")
     assert difference in first["origin_text"]
     assert first["cause"] == "configuration"
 
@@ -180,17 +190,12 @@ def test_labels_and_loss_weights_are_recorded_and_named(keras_cli: Any, runs: Pa
     """What the loss reads besides the model's output: another label is a data difference
     of the targets, not a loss whose inputs matched; class weights in one run only are named
     as such, not as different code paths."""
-    code, report = keras_cli.compare(runs / "fit", runs / "fit_relabel")
-    first = report["first_divergence"]
-    assert code == 1
-    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
-        0, "data", "batch", "targets",
-    )  # fmt: skip
+    first = first_difference(keras_cli, runs / "fit", runs / "fit_relabel")
+    assert place(first) == (0, "data", "batch", "targets")
     assert "targets (labels) passed to the loss differ" in first["origin_text"]
     assert first["cause"] == "configuration"  # (the runs' arguments differ: --relabel)
-    code, report = keras_cli.compare(runs / "fit", runs / "fit_class_weight")
-    first = report["first_divergence"]
-    assert (code, first["reason"], first["location"]) == (1, "structure", "sample_weight")
+    first = first_difference(keras_cli, runs / "fit", runs / "fit_class_weight")
+    assert (first["reason"], first["location"]) == ("structure", "sample_weight")
     assert first["origin_text"].startswith("run B weighted its loss")
     assert first["cause"] == "data" and "class_weight" in first["cause_text"]
 
@@ -200,19 +205,16 @@ def test_a_gradient_clipped_before_apply_gradients_is_named(keras_cli: Any, runs
     returned is recorded in the optimizer phase: clipping with another norm is a gradient
     edit (its origin open: the tape's gradient is not recorded), clipping in one run only
     is named as such, and clipping alike in both runs compares identical."""
-    code, report = keras_cli.compare(runs / "tape_clip_1", runs / "tape_clip_half")
-    first = report["first_divergence"]
-    assert code == 1
-    assert (first["step"], first["phase"], first["kind"], first["origin"]) == (
-        0, "optimizer", "param_grad", None,
-    )  # fmt: skip
+    first = first_difference(keras_cli, runs / "tape_clip_1", runs / "tape_clip_half")
+    assert place(first)[:3] == (0, "optimizer", "param_grad") and first["origin"] is None
     assert "between tape.gradient() and apply_gradients()" in first["origin_text"]
     assert first["cause"] == "gradients" and "clip_by_global_norm" in first["cause_text"]
-    code, report = keras_cli.compare(runs / "eager", runs / "eager_clip_1")
-    first = report["first_divergence"]
-    assert (code, first["reason"], first["phase"], first["cause"]) == (
-        1, "structure", "optimizer", "gradients",
-    )  # fmt: skip
+    first = first_difference(keras_cli, runs / "eager", runs / "eager_clip_1")
+    assert (first["reason"], first["phase"], first["cause"]) == (
+        "structure",
+        "optimizer",
+        "gradients",
+    )
     assert "run B changed" in first["origin_text"]
     records = Run.open(runs / "tape_clip_1").processes[0].load().records
     grads = records[records["kind"] == Kind.PARAM_GRAD]
