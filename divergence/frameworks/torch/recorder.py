@@ -103,6 +103,8 @@ def keyed_tensors(value: object) -> list[tuple[str, torch.Tensor]]:
     >>> keyed_tensors((torch.ones(1), torch.ones(1)))[1][0]
     ''
     """
+    if type(value) is torch.Tensor:  # (most module outputs: one call per module call)
+        return [("", value)]
     tensors = tensors_of(value)
     if type(value) in (torch.Tensor, tuple, list) and len(tensors) == len(value_items(value)):
         return [("", t) for t in tensors]
@@ -595,14 +597,14 @@ class TorchRecorder(Instrumentation):
         if s.begin_optimizer_event():
             state = optimizer.state
             label = self._optimizer_label(optimizer)
-            names = {id(param): name for name, param in self._stepped_parameters(optimizer)}
+            names = self.params.names  # (every one named before the step, bare ones too)
             for g, group in enumerate(optimizer.param_groups):
                 settings = f"{label}.group{g}"  # (lr, betas...: as this update used them)
                 if s.wants(settings):
                     fingerprint, text = self.group_settings(group)
                     s.add(Phase.OPTIMIZER, Kind.HYPERPARAM, settings, fingerprint, note=text)
                 for param in group["params"]:
-                    name = names[id(param)]
+                    name = names.get(id(param)) or self._named_late(param, optimizer)
                     if not s.wants(name):
                         continue
                     # Past the cache: an optimizer writing through ``param.data`` changes the
@@ -616,6 +618,12 @@ class TorchRecorder(Instrumentation):
                 self._add_buffers()
         self.stepped_this_step.add(id(optimizer))
         s.optimizer_stepped()
+
+    def _named_late(self, param: torch.Tensor, optimizer: torch.optim.Optimizer) -> str:
+        """The name of a parameter first seen after its step began (recording started in
+        it): named, and adopted if it is bare, as before a step."""
+        self._stepped_parameters(optimizer)
+        return self.params.names[id(param)]
 
     def _optimizer_label(self, optimizer: torch.optim.Optimizer) -> str:
         """``Adam``, and ``Adam#1`` for the second Adam the run steps."""
