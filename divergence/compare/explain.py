@@ -139,8 +139,15 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
 
 
 def _explain_hyperparameter(divergence: Divergence) -> None:
-    """A param group's settings: the records' notes hold them as text."""
+    """A param group's or a module's settings: the records' notes hold them as text."""
     divergence.origin = True
+    if divergence.phase == Phase.INIT.label:  # (a module's constructor arguments)
+        what = "layer" if divergence.facts.get("framework") == "tensorflow" else "module"
+        divergence.origin_text = (
+            f"in the settings of {what} {_code(divergence.location)}: "
+            f"{settings_difference(divergence)}; set where the model is built"
+        )
+        return
     divergence.origin_text = (
         f"in the settings of {_code(divergence.location)}: {settings_difference(divergence)}; "
         "set by the training code, its configuration, or a learning-rate scheduler"

@@ -95,7 +95,8 @@ def build(style: str, flip_step: int) -> keras.Model:
     inputs = keras.Input((FEATURES,))
     x = keras.layers.Dense(32)(inputs)  # linear: element 0 of the flip input is not 0
     x = FlipAt(flip_step, name="flip")(x)
-    x = keras.layers.BatchNormalization()(x)
+    momentum = float(os.environ.get("TRAIN_BN_MOMENTUM", "0.99"))  # (a config)
+    x = keras.layers.BatchNormalization(momentum=momentum)(x)
     x = Block(32)(x)
     return keras.Model(inputs, keras.layers.Dense(CLASSES, activation="softmax")(x))
 

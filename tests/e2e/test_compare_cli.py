@@ -444,7 +444,7 @@ def test_each_param_group_s_settings_are_named_after_its_optimizer(tmp_path: Pat
 
     import divergence
     from divergence.store.run import Run
-    from divergence.store.schema import Kind
+    from divergence.store.schema import Kind, Phase
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
@@ -455,7 +455,8 @@ def test_each_param_group_s_settings_are_named_after_its_optimizer(tmp_path: Pat
             model(torch.ones(2, 4)).sum().backward()
             optimizer.step()
     file = Run.open(tmp_path / "run").processes[0].load()
-    rows = file.records[file.records["kind"] == Kind.HYPERPARAM]
+    records = file.records
+    rows = records[(records["kind"] == Kind.HYPERPARAM) & (records["phase"] == Phase.OPTIMIZER)]
     names = [file.strings[i] for i in rows["name"]]
     assert names == ["Adam.group0", "Adam.group1"] * 2
 
@@ -479,3 +480,22 @@ def test_outputs_in_a_dict_or_a_namedtuple_are_named_by_key(record: Recorder) ->
     assert result.stdout.startswith("DIVERGED (value) at step 0, forward: output (norm) of trunk")
     shown = run_cli("show", str(a), "--step", "0", "--probe", "Net").stdout
     assert "key=cls" in shown and "key=reg" in shown
+
+
+@pytest.mark.parametrize(
+    ("env", "location", "difference"),
+    [
+        ({"LAYER_MOMENTUM": "0.01"}, "1", "momentum 0.1 in run A, 0.01 in run B"),
+        ({"LAYER_SMOOTHING": "0.1"}, "CrossEntropyLoss#1", "label_smoothing 0.0 in run A, 0.1"),
+    ],
+)
+def test_a_layer_built_with_other_arguments_is_named_with_both_values(
+    record: Recorder, env: dict[str, str], location: str, difference: str
+) -> None:
+    """torch's own modules have their constructor settings recorded when their model is
+    first called: another BatchNorm momentum or label smoothing is configuration, with both
+    values, not an output whose inputs matched (cause compute)."""
+    first = first_difference(record("layer_settings.py"), record("layer_settings.py", env=env))
+    assert place(first)[1:] == ("init", "hyperparam", location)
+    assert f"in the settings of module `{location}`: {difference}" in first["origin_text"]
+    assert first["cause"] == "configuration" and "built with other arguments" in first["cause_text"]

@@ -37,6 +37,7 @@ RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "tape_clip_1": (("--loop", "tape", "--model", "sequential"), {"TRAIN_CLIP_NORM": "1.0"}),
     "tape_clip_half": (("--loop", "tape", "--model", "sequential"), {"TRAIN_CLIP_NORM": "0.5"}),
     "eager_clip_1": (("--loop", "eager", "--model", "subclassed"), {"TRAIN_CLIP_NORM": "1.0"}),
+    "fit_bn_momentum": ((), {"TRAIN_BN_MOMENTUM": "0.9"}),
     "fit_relabel": (("--relabel",), {}),
     "fit_class_weight": (("--class-weight",), {}),
 }
@@ -254,7 +255,19 @@ def test_two_optimizers_of_one_class_have_their_own_settings(
     script.write_text(TWO_OPTIMIZERS)
     runs = [keras_cli.record(tmp_path / lr, (lr,), script=script) for lr in ("0.01", "0.02")]
     file = Run.open(runs[0]).processes[0].load()
-    rows = file.records[file.records["kind"] == Kind.HYPERPARAM]
+    records = file.records
+    rows = records[(records["kind"] == Kind.HYPERPARAM) & (records["phase"] == Phase.OPTIMIZER)]
     assert [file.strings[i] for i in rows["name"]] == ["Adam.settings", "Adam#1.settings"] * 2
     code, report = keras_cli.compare(*runs)
     assert (code, report["first_divergence"]["location"]) == (1, "Adam#1.settings")
+
+
+def test_a_layer_built_with_other_arguments_is_named_with_both_values(
+    keras_cli: Any, runs: Path
+) -> None:
+    """Keras' own layers have their configuration recorded when they first return."""
+    first = first_difference(keras_cli, runs / "fit", runs / "fit_bn_momentum")
+    assert place(first) == (0, "init", "hyperparam", "functional.batch_normalization")
+    expected = "in the settings of layer `functional.batch_normalization`: momentum 0.99 in run A"
+    assert expected in first["origin_text"]
+    assert first["cause"] == "configuration"

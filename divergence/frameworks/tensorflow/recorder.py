@@ -44,7 +44,7 @@ from divergence.frameworks.tensorflow.fingerprint import (
 )
 from divergence.frameworks.tensorflow.metadata import tf_metadata
 from divergence.frameworks.tensorflow.rng import framework_generators
-from divergence.frameworks.tensorflow.settings import optimizer_settings
+from divergence.frameworks.tensorflow.settings import layer_settings, optimizer_settings
 from divergence.frameworks.tensorflow.table import (
     EVENT_ROOT,
     EVENT_SETTINGS,
@@ -287,6 +287,10 @@ class KerasRecorder(Instrumentation):
         s = self.session
         if not s.begin_event():
             return
+        settings = layer_settings(layer)
+        if settings is not None and s.wants(name):  # (its constructor arguments)
+            fingerprint, text = self.settings(settings)
+            s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=text)
         for label, variable in naming.own_variables(layer):
             full = f"{name}.{label}"
             self.var_names.setdefault(id(variable), full)

@@ -53,6 +53,34 @@ def optimizer_settings(optimizer: Any) -> dict[str, object]:
     return dict(_flat(config, ""))
 
 
+def layer_settings(layer: Any) -> dict[str, object] | None:
+    """The ``get_config()`` of one of Keras' own layers, flattened, without its name (Keras
+    numbers auto-named layers per process) and without the layers a wrapper holds (they are
+    recorded as layers of their own); None for another layer, a model, or a ``Lambda`` (its
+    config holds its function's code, file name and line included).
+
+    >>> import keras
+    >>> layer_settings(keras.layers.GaussianNoise(0.1))["stddev"]
+    0.1
+    >>> layer_settings(keras.layers.Lambda(lambda x: x)) is None
+    True
+    """
+    kind = type(layer)
+    if not kind.__module__.startswith("keras.src.layers.") or kind.__name__ in OPAQUE_LAYERS:
+        return None
+    try:
+        config = dict(layer.get_config())
+    except Exception:  # (a layer that cannot say: no record)
+        return None
+    config.pop("name", None)
+    settings = {k: v for k, v in _flat(config, "") if k.split(".")[0] not in HELD_LAYERS}
+    return settings or None
+
+
+OPAQUE_LAYERS = frozenset({"Lambda", "InputLayer", "TFSMLayer"})
+HELD_LAYERS = frozenset({"layer", "layers", "forward_layer", "backward_layer"})
+
+
 def _flat(config: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, object]]:
     for key, value in config.items():
         if isinstance(value, Mapping):

@@ -51,6 +51,7 @@ from divergence.frameworks.torch.fingerprint import (
 )
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
+from divergence.frameworks.torch.module_settings import module_settings
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.rng import HostGenerators
@@ -293,13 +294,29 @@ class TorchRecorder(Instrumentation):
         label = type(root).__name__
         prefix = f"{label}#{number}." if number else ""
         self.roots.append((weakref.ref(root), number, prefix))
+        fresh = []
         for path, module in root.named_modules():
             if module not in self.module_names:
                 self.module_names[module] = prefix + path if path else (prefix.rstrip(".") or label)
+                fresh.append(module)
+        self._add_module_settings(fresh)
         lazy = self._adopt_parameters(root, prefix)
         if lazy:
             self.lazy_roots.append((weakref.ref(root), prefix, lazy))
         return self.module_names[root]
+
+    def _add_module_settings(self, modules: list[torch.nn.Module]) -> None:
+        """The constructor settings of each of torch's own modules (see module_settings.py),
+        once, when its model is adopted."""
+        s = self.session
+        if not s.begin_event():
+            return
+        for module in modules:
+            name = self.module_names[module]
+            settings = module_settings(module)
+            if settings is not None and s.wants(name):
+                fingerprint, text = self.group_settings(settings)
+                s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=text)
 
     def _absorb_roots_inside(self, root: torch.nn.Module) -> int | None:
         """Earlier roots that are submodules of ``root`` (a layer called alone to size it, an
