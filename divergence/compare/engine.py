@@ -22,7 +22,7 @@ from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
-from divergence.store.schema import BARE_TENSOR, Kind, Phase, parse_shape
+from divergence.store.schema import BARE_TENSOR, SAMPLE_WEIGHT, Kind, Phase, parse_shape
 from divergence.wording import describe_status
 
 
@@ -360,7 +360,7 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             f"optimizer step (seen {written_when(probe.phase, probe.step)}); the other run did "
             "not"
         )
-    if probe.kind == Kind.BATCH.label and probe.name == "sample_weight":
+    if probe.kind == Kind.BATCH.label and probe.name == SAMPLE_WEIGHT:
         return (
             f"run {which} weighted its loss (sample_weight= or class_weight= of fit); the "
             "other run did not"

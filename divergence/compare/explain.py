@@ -24,6 +24,7 @@ from divergence.store.schema import (
     EDITED_AFTER_TAPE,
     EVAL_MODE,
     LOSS_INPUTS,
+    TARGETS,
     UNINITIALISED,
     WRITTEN_BUFFER,
     Kind,
@@ -416,7 +417,7 @@ def _origin_outside(kind: Kind, name: str, step: int, late: bool = False) -> str
     if kind == Kind.RNG_STATE:
         return f"before step {step} started: the {name} generator state differs"
     if kind == Kind.BATCH and name in LOSS_INPUTS:
-        what = "targets (labels)" if name == "targets" else "sample weights (or class weights)"
+        what = "targets (labels)" if name == TARGETS else "sample weights (or class weights)"
         return (
             f"in the data pipeline: the {what} passed to the loss differ, while the model's "
             "own inputs matched"

@@ -126,7 +126,8 @@ BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
 # than tape.gradient() returned (clipped, scaled, edited), and the tape's was not recorded
 EDITED_AFTER_TAPE = "edited after tape.gradient(), whose gradient was not recorded"
 # Names of the batch records of what a loss reads besides the model's output (Keras fit)
-LOSS_INPUTS = ("targets", "sample_weight")
+TARGETS, SAMPLE_WEIGHT = "targets", "sample_weight"
+LOSS_INPUTS = (TARGETS, SAMPLE_WEIGHT)
 
 
 KEY_PREFIX = "key="  # a note's part naming where an output sits in a dict or record

@@ -63,6 +63,7 @@ from divergence.frameworks.tensorflow.values import (
     to_host,
 )
 from divergence.record.hyperparameters import GroupSettings
+from divergence.record.labels import ClassLabels
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import EDITED_AFTER_TAPE, LOSS_INPUTS, MAX_DIMS, Kind, Phase
 
@@ -93,8 +94,7 @@ class KerasRecorder(Instrumentation):
         self.notes: list[str] = []
         self.settings = GroupSettings()
         self.tape_gradients: dict[int, weakref.ref[Any]] = {}
-        self.optimizer_labels: dict[int, tuple[weakref.ref[Any], str]] = {}
-        self.optimizers_named: dict[str, int] = {}
+        self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of their settings
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -413,7 +413,7 @@ class KerasRecorder(Instrumentation):
         """The optimizer's settings (``SGD.settings``), before the values its update wrote.
         In a traced step they are read on the host after the call (an event marks where): a
         graph op reading them would add a consumer to the learning rate's tensor."""
-        name = f"{self._optimizer_label(optimizer)}.settings"
+        name = f"{self.optimizer_labels.of(optimizer)}.settings"
         if not self.session.wants(name):
             return
         if mode == EAGER:
@@ -422,17 +422,6 @@ class KerasRecorder(Instrumentation):
             ref = weakref.ref(optimizer)
             spec = ProbeSpec(Phase.OPTIMIZER, Kind.HYPERPARAM, name, 0, "", 0, EVENT_SETTINGS)
             self.table.event(dataclasses.replace(spec, source=ref))
-
-    def _optimizer_label(self, optimizer: Any) -> str:
-        """``Adam``, and ``Adam#1`` for the second Adam whose update is recorded."""
-        known = self.optimizer_labels.get(id(optimizer))
-        if known is not None and known[0]() is optimizer:
-            return known[1]
-        kind = type(optimizer).__name__
-        count = self.optimizers_named[kind] = self.optimizers_named.get(kind, 0) + 1
-        label = kind if count == 1 else f"{kind}#{count - 1}"
-        self.optimizer_labels[id(optimizer)] = (weakref.ref(optimizer), label)
-        return label
 
     def add_settings(self, name: str, optimizer: Any) -> None:
         fingerprint, text = self.settings(optimizer_settings(optimizer))

@@ -46,17 +46,12 @@ def keyed_tensors(value: object) -> list[tuple[str, torch.Tensor]]:
     if type(value) is torch.Tensor:  # (most module outputs: one call per module call)
         return [("", value)]
     tensors = tensors_of(value)
-    if type(value) in (torch.Tensor, tuple, list) and len(tensors) == len(value_items(value)):
+    if type(value) in (tuple, list) and len(tensors) == len(value):  # type: ignore[arg-type]
         return [("", t) for t in tensors]
     keyed: list[tuple[str, torch.Tensor]] = []
     for path, leaf in pytree.tree_flatten_with_path(value)[0]:
         _keyed_leaf(_path_text(path), leaf, keyed, 0)
     return keyed if len(keyed) == len(tensors) else [("", t) for t in tensors]
-
-
-def value_items(value: object) -> tuple[Any, ...]:
-    """A tensor as one item, a tuple or list as its items."""
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
 def _keyed_leaf(key: str, leaf: object, out: list[tuple[str, torch.Tensor]], depth: int) -> None:

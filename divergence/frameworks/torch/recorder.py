@@ -53,6 +53,7 @@ from divergence.frameworks.torch.module_settings import module_settings
 from divergence.frameworks.torch.outputs import keyed_tensors, tensors_of
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import GroupSettings
+from divergence.record.labels import ClassLabels
 from divergence.record.rng import HostGenerators
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import (
@@ -86,10 +87,7 @@ class TorchRecorder(Instrumentation):
         )
         self.params = ParameterBook(self.eager_guard(self.after_grad_accumulated))
         self.state_labels: dict[tuple[str, object], str] = {}
-        self.optimizer_labels: weakref.WeakKeyDictionary[torch.optim.Optimizer, str] = (
-            weakref.WeakKeyDictionary()
-        )
-        self.optimizers_named: dict[str, int] = {}  # optimizers labelled, by type
+        self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of their records
         self.group_settings = GroupSettings(torch.Tensor, self._tensor_setting, _tensor_text)
         self.stepping = 0  # optimizer steps running: LBFGS calls the model inside its own
         # the live roots (model calls), each with its number and the prefix of its names
@@ -446,7 +444,7 @@ class TorchRecorder(Instrumentation):
             for i, param in enumerate(group["params"]):
                 name = self.params.name_of(param)
                 if name is None:
-                    name = f"{self._optimizer_label(optimizer)}.group{g}.param{i}"
+                    name = f"{self.optimizer_labels.of(optimizer)}.group{g}.param{i}"
                     self.params.adopt_bare(param, name)
                     if s.wants(name) and s.begin_optimizer_event():
                         self._add_param(Phase.INIT, name, param, cached=True, note=BARE_TENSOR)
@@ -530,7 +528,7 @@ class TorchRecorder(Instrumentation):
         self.params.stepped(optimizer)  # (also outside --steps: a step is not a write)
         if s.begin_optimizer_event():
             state = optimizer.state
-            label = self._optimizer_label(optimizer)
+            label = self.optimizer_labels.of(optimizer)
             names = self.params.names  # (every one named before the step, bare ones too)
             for g, group in enumerate(optimizer.param_groups):
                 settings = f"{label}.group{g}"  # (lr, betas...: as this update used them)
@@ -558,15 +556,6 @@ class TorchRecorder(Instrumentation):
         it): named, and adopted if it is bare, as before a step."""
         self._stepped_parameters(optimizer)
         return self.params.names[id(param)]
-
-    def _optimizer_label(self, optimizer: torch.optim.Optimizer) -> str:
-        """``Adam``, and ``Adam#1`` for the second Adam the run steps."""
-        label = self.optimizer_labels.get(optimizer)
-        if label is None:
-            kind = type(optimizer).__name__
-            count = self.optimizers_named[kind] = self.optimizers_named.get(kind, 0) + 1
-            label = self.optimizer_labels[optimizer] = kind if count == 1 else f"{kind}#{count - 1}"
-        return label
 
     def _tensor_setting(self, value: object) -> int:
         """A tensor setting's fingerprint (a capturable or fused optimizer's learning rate);
