@@ -98,6 +98,41 @@ def test_two_optimizers_stepping_back_to_back_share_a_step(tmp_path: Path) -> No
     assert names == ["0.bias", "0.weight", "1.bias", "1.weight"]
 
 
+ZERO = (
+    "import tempfile, torch, torch.distributed as dist\n"
+    "from torch.distributed.optim import ZeroRedundancyOptimizer\n"
+    "store = tempfile.mktemp()\n"
+    "dist.init_process_group('gloo', init_method=f'file://{store}', rank=0, world_size=1)\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))\n"
+    "optimizer = ZeroRedundancyOptimizer(\n"
+    "    model.parameters(), optimizer_class=torch.optim.Adam, lr=0.1\n"
+    ")\n"
+    "for _ in range(4):\n"
+    "    optimizer.zero_grad()\n"
+    "    model(torch.randn(5, 4)).pow(2).mean().backward()\n"
+    "    optimizer.step()\n"
+    "dist.destroy_process_group()\n"
+)
+
+
+def test_an_optimizer_stepping_inside_another_makes_one_step(tmp_path: Path) -> None:
+    """ZeroRedundancyOptimizer runs its shard's optimizer inside its own step, then
+    broadcasts the parameters: the inner update's records, the broadcasts and the outer's
+    parameters fall in one step per iteration; the outer step closes it."""
+    script = tmp_path / "zero.py"
+    script.write_text(ZERO)
+    run = recorded(tmp_path, str(script))
+    assert run.steps.tolist() == [0, 1, 2, 3]
+    assert batches_per_step(run) == [1, 1, 1, 1]
+    step1 = run.records[run.records["step"] == 1]
+    settings = [run.strings[i] for i in step1["name"][step1["kind"] == Kind.HYPERPARAM]]
+    assert settings == ["Adam.group0", "ZeroRedundancyOptimizer.group0"]
+    assert (step1["kind"] == Kind.COLLECTIVE_OUT).any()
+    last_params = [run.strings[i] for i in step1["name"][step1["kind"] == Kind.PARAM][-4:]]
+    assert last_params == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_a_checkpoint_recomputing_a_forward_in_the_backward_is_not_a_model_call(
     tmp_path: Path, reentrant: bool

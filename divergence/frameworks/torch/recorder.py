@@ -549,7 +549,9 @@ class TorchRecorder(Instrumentation):
             if not self.stepped_this_step:
                 self._add_buffers()
         self.stepped_this_step.add(id(optimizer))
-        s.optimizer_stepped()
+        if not self.stepping:  # (an optimizer stepping inside another's step, such as the
+            # local one of ZeroRedundancyOptimizer or a Lookahead's inner one: the outer closes)
+            s.optimizer_stepped()
 
     def _named_late(self, param: torch.Tensor, optimizer: torch.optim.Optimizer) -> str:
         """The name of a parameter first seen after its step began (recording started in
