@@ -22,6 +22,7 @@ from divergence.store.schema import (
     BEFORE_HOOKS,
     BEFORE_PRE_HOOKS,
     EDITED_AFTER_TAPE,
+    EDITED_IN_TRACE,
     EVAL_MODE,
     LOSS_INPUTS,
     TARGETS,
@@ -81,6 +82,10 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
         )
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True
+        param = name.split("/")[0]
+        if _has(run, same_step, Kind.PARAM_GRAD, param, Phase.OPTIMIZER, EDITED_IN_TRACE):
+            _explain_update_of_unseen_gradient(divergence, param)
+            return
         settings = (
             "and hyperparameters matched"
             if _has_kind(run, same_step, Kind.HYPERPARAM)
@@ -107,12 +112,33 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
             )
 
 
+def _explain_update_of_unseen_gradient(divergence: Divergence, param: str) -> None:
+    """An update inside ``tf.function`` whose gradient was edited after the tape returned it
+    and not fingerprinted there (:data:`EDITED_IN_TRACE`); the tape's own matched."""
+    divergence.origin = None
+    divergence.facts["gradient"] = "edited"
+    divergence.origin_text = (
+        f"between tape.gradient() and apply_gradients(), or in the optimizer update of "
+        f"{_code(param)}: the gradient the tape returned matched, and the code after it edited "
+        "it (clipping, scaling) inside tf.function, where the edited gradient is not "
+        "fingerprinted (one more reader could change grappler's rewrites and the run's bits)"
+    )
+
+
 def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
     """The gradient an optimizer step read, recorded because it was not the one the backward
     left (see the recorder's ``before_optimizer_step``)."""
     name = _code(divergence.location)
     divergence.origin = True
-    if _has(run, same_step, Kind.PARAM_GRAD, divergence.location):
+    if divergence.facts.get("framework") == "tensorflow" and _has(
+        run, same_step, Kind.PARAM_GRAD, divergence.location, Phase.BACKWARD
+    ):
+        divergence.origin_text = (
+            f"between tape.gradient() and apply_gradients(): code changed {name}'s gradient "
+            "after the tape returned it (tf.clip_by_global_norm, loss scaling, gradient "
+            "noise); the gradient the tape returned matched"
+        )
+    elif _has(run, same_step, Kind.PARAM_GRAD, divergence.location):
         divergence.origin_text = (
             f"between the backward and the optimizer step: code that edits gradients after "
             f"backward() (clip_grad_norm_, clip_grad_value_, GradScaler.unscale_, a p.grad "

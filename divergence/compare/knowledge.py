@@ -39,6 +39,7 @@ LIST_FIELDS = (
     "str_hashes",
     "layouts",
     "seen",
+    "gradients",
 )
 COMPUTE_KINDS = (
     "output",
@@ -73,6 +74,7 @@ class Cause:
     str_hashes: tuple[str, ...] = ()  # "random" (PYTHONHASHSEED unset) or "fixed"
     layouts: tuple[str, ...] = ()  # what differs besides the bits: "shape", "dtype" or "same"
     seen: tuple[str, ...] = ()  # an init record's: "start", or "late" (after the first step)
+    gradients: tuple[str, ...] = ()  # an update's gradient: "edited" and not fingerprinted
     holds_for: str = ""
 
     def applies(
@@ -97,6 +99,7 @@ class Cause:
             and _holds(self.str_hashes, facts.get("str_hash", ""))
             and _holds(self.layouts, facts.get("layout", ""))
             and _holds(self.seen, facts.get("seen", ""))
+            and _holds(self.gradients, facts.get("gradient", ""))
         )
 
 

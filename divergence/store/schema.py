@@ -123,8 +123,17 @@ BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace i
 # On the init record of a tensor no module holds, adopted at its first optimizer step
 BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
 # On a Keras gradient recorded in the optimizer phase: apply_gradients() got another tensor
-# than tape.gradient() returned (clipped, scaled, edited), and the tape's was not recorded
+# than tape.gradient() returned (clipped, scaled, edited). The tape's own is recorded in the
+# backward phase where the recorder knows it (0.6.0 on), else the first note says it is not.
 EDITED_AFTER_TAPE = "edited after tape.gradient(), whose gradient was not recorded"
+EDITED_GRADIENT = "edited after tape.gradient()"
+# The skip reason of such a gradient inside tf.function: a probe would be one more reader of
+# the edited tensor, and grappler rewrites chains of ops only through tensors with one reader
+# (clip_by_global_norm's scale times SGD's learning rate: other last bits when recorded).
+EDITED_IN_TRACE = (
+    "edited after tape.gradient() inside tf.function: not fingerprinted there, where one "
+    "more reader could change grappler's rewrites of the update"
+)
 # Names of the batch records of what a loss reads besides the model's output (Keras fit)
 TARGETS, SAMPLE_WEIGHT = "targets", "sample_weight"
 LOSS_INPUTS = (TARGETS, SAMPLE_WEIGHT)

@@ -145,7 +145,10 @@ def data(steps: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def train_with_tape(model: keras.Model, x: np.ndarray, y: np.ndarray, args: argparse.Namespace):
-    optimizer = keras.optimizers.Adam(args.lr)
+    if args.momentum:
+        optimizer = keras.optimizers.SGD(args.lr, momentum=args.momentum)
+    else:
+        optimizer = keras.optimizers.Adam(args.lr)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     clip_norm = args.clip_norm or float(os.environ.get("TRAIN_CLIP_NORM", "0"))  # (a config)
 
@@ -191,6 +194,9 @@ def main() -> None:
         help="tape loops: clip_by_global_norm (or TRAIN_CLIP_NORM)",
     )
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate")
+    parser.add_argument(
+        "--momentum", type=float, default=0.0, help="tape loops: SGD with this momentum, not Adam"
+    )
     parser.add_argument("--lr-drop-step", type=int, default=-1, help="lr / 10 from this step")
     parser.add_argument("--save", help="write the final weights to this .npz")
     parser.add_argument(

@@ -49,6 +49,7 @@ from divergence.frameworks.tensorflow.table import (
     EVENT_ROOT,
     EVENT_SETTINGS,
     EVENT_STEPPED,
+    EVENT_UNSEEN,
     ProbeSpec,
     ProbeTable,
     own_variable,
@@ -65,7 +66,15 @@ from divergence.frameworks.tensorflow.values import (
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.labels import ClassLabels
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import EDITED_AFTER_TAPE, LOSS_INPUTS, MAX_DIMS, Kind, Phase
+from divergence.store.schema import (
+    EDITED_AFTER_TAPE,
+    EDITED_GRADIENT,
+    EDITED_IN_TRACE,
+    LOSS_INPUTS,
+    MAX_DIMS,
+    Kind,
+    Phase,
+)
 
 EAGER, GRAPH = "eager", "graph"
 XLA_NOTE = (
@@ -94,6 +103,9 @@ class KerasRecorder(Instrumentation):
         self.notes: list[str] = []
         self.settings = GroupSettings()
         self.tape_gradients: dict[int, weakref.ref[Any]] = {}
+        # variable id -> the gradient the tape returned for it, held (an eager loop that clips
+        # drops the tape's list) until apply_gradients() or the next step
+        self.tape_gradient_of: dict[int, Any] = {}
         self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of their settings
 
     # --- installation ---------------------------------------------------------------------
@@ -316,19 +328,30 @@ class KerasRecorder(Instrumentation):
                 recorder.guard(recorder.record_loss)(mode, target)
             result = original(tape, target, *args, **kwargs)
             if mode is not None:
-                recorder.guard(recorder.remember_tape_gradients)(result)
+                sources = args[0] if args else kwargs.get("sources")
+                recorder.guard(recorder.remember_tape_gradients)(result, sources)
             return result
 
         return gradient
 
-    def remember_tape_gradients(self, result: Any) -> None:
-        """The gradients ``tape.gradient()`` returned, by weak reference: one that reaches
-        ``apply_gradients()`` as another tensor was edited in between (clipping)."""
+    def remember_tape_gradients(self, result: Any, sources: Any) -> None:
+        """The gradients ``tape.gradient()`` returned, by weak reference, and by the variable
+        each is for: one that reaches ``apply_gradients()`` as another tensor was edited in
+        between (clipping), and the tape's own is recorded then."""
         if len(self.tape_gradients) > 100_000:
             self.tape_gradients.clear()
-        for grad in tf.nest.flatten(result):
+            self.tape_gradient_of.clear()
+        grads = tf.nest.flatten(result)
+        for grad in grads:
             if grad is not None:
                 self.tape_gradients[id(grad)] = weakref.ref(grad)
+        if sources is None:
+            return
+        variables = tf.nest.flatten(sources)
+        if len(variables) == len(grads):  # (else a structure we cannot pair)
+            for variable, grad in zip(variables, grads, strict=True):
+                if grad is not None:
+                    self.tape_gradient_of[id(variable)] = grad
 
     def _from_tape(self, grad: Any) -> bool:
         ref = self.tape_gradients.get(id(grad))
@@ -372,20 +395,43 @@ class KerasRecorder(Instrumentation):
         return name
 
     def before_apply(self, mode: str, grads: list[Any], variables: list[Any]) -> None:
-        """The gradients the update reads: in the backward phase as the tape returned them,
-        in the optimizer phase (noted) where they are other tensors (edited since)."""
+        """The gradients the update reads: in the backward phase as the tape returned them;
+        where they are other tensors (edited since), the tape's own in the backward phase
+        and the edited ones after all of them, in the optimizer phase (noted). Inside
+        ``tf.function`` an edited gradient gets a skipped record: see :data:`EDITED_IN_TRACE`."""
         if mode == EAGER and not self.session.begin_event():
             return
         from_tape = bool(self.tape_gradients)  # (else they came from elsewhere: as before)
+        edited: list[tuple[str, list[Any], bool]] = []
         for grad, variable in zip(grads, variables, strict=False):
             if grad is None:
                 continue
-            parts = [grad.values, grad.indices] if isinstance(grad, tf.IndexedSlices) else [grad]
             name = self.var_name(variable)
-            if from_tape and not self._from_tape(grad):
-                self.record(mode, Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, EDITED_AFTER_TAPE)
+            if not from_tape or self._from_tape(grad):
+                self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, _parts(grad))
+                continue
+            tape_grad = self.tape_gradient_of.pop(id(variable), None)
+            if tape_grad is not None:
+                self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, _parts(tape_grad))
+            edited.append((name, _parts(grad), tape_grad is not None))
+        for name, parts, tape_seen in edited:
+            if mode == GRAPH:
+                self._record_unseen(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, EDITED_IN_TRACE)
             else:
-                self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, parts)
+                note = EDITED_GRADIENT if tape_seen else EDITED_AFTER_TAPE
+                self.record(mode, Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, note)
+
+    def _record_unseen(
+        self, phase: Phase, kind: Kind, name: str, tensors: list[Any], reason: str
+    ) -> None:
+        """Skipped records (``reason``) of traced tensors the graph must not read; an event row
+        says when the code ran."""
+        if not self.session.wants(name):
+            return
+        for slot, t in enumerate(tensors):
+            shape = tuple(d or 0 for d in t.shape) if t.shape.rank is not None else ()
+            spec = ProbeSpec(phase, kind, name, slot, dtype_name(t.dtype), 0, EVENT_UNSEEN)
+            self.table.event(dataclasses.replace(spec, note=reason, shape=shape))
 
     def after_apply(self, mode: str, optimizer: Any, variables: list[Any]) -> None:
         s = self.session
@@ -461,6 +507,7 @@ class KerasRecorder(Instrumentation):
         """After an outermost ``tf.function`` call: the probes that ran, in trace order."""
         self.table.end_trace()
         self.tape_gradients.clear()  # (symbolic tensors of the traces this call made)
+        self.tape_gradient_of.clear()
         fired = self.table.drain()
         if not fired:
             return
@@ -472,6 +519,9 @@ class KerasRecorder(Instrumentation):
             for spec, total, shape in fired:
                 if spec.event == EVENT_SETTINGS and (optimizer := spec.source()) is not None:
                     self.add_settings(spec.name, optimizer)
+                if spec.event == EVENT_UNSEEN:
+                    unseen = Fingerprint.skip(spec.dtype, spec.shape, spec.note)
+                    s.add(spec.phase, spec.kind, spec.name, unseen, spec.slot)
                 if spec.event:
                     continue
                 value = finish(total, spec.dtype, shape)
@@ -540,6 +590,7 @@ class KerasRecorder(Instrumentation):
     def at_step_start(self, session: Session) -> None:
         self.eager_cache.clear()
         self.tape_gradients.clear()
+        self.tape_gradient_of.clear()
         for name, fingerprint in self.host_generators.fingerprints():
             session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
         for name, state in framework_generators():
@@ -555,3 +606,8 @@ class KerasRecorder(Instrumentation):
             return False
         self.record(mode, Phase.FORWARD, Kind.PROBE, name, tensors)
         return True
+
+
+def _parts(grad: Any) -> list[Any]:
+    """A gradient's tensors: an ``IndexedSlices`` (an embedding's) as values and indices."""
+    return [grad.values, grad.indices] if isinstance(grad, tf.IndexedSlices) else [grad]

@@ -28,6 +28,7 @@ ROW = 2 + MAX_DIMS  # word sum, fired flag, shape
 EVENT_ROOT = "root_forward"  # a root model's forward ran
 EVENT_STEPPED = "optimizer_stepped"  # an optimizer applied its update
 EVENT_SETTINGS = "optimizer_settings"  # record the settings of ``source()``, an optimizer
+EVENT_UNSEEN = "unseen"  # a skipped record (why: ``note``) of a tensor the graph did not read
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class ProbeSpec:
     dump: Any = None  # a tf.Variable holding the last value, when dumps may be asked for
     source: Any = None  # a weak reference to what an event is about
     note: str = ""  # the records' note
+    shape: tuple[int, ...] = ()  # an unseen tensor's static shape (unknown dimensions 0)
 
 
 def own_variable(initial: tf.Tensor | np.ndarray, shape: tf.TensorShape | None = None) -> Any:
