@@ -42,12 +42,18 @@ RUNS = {  # name -> (command, expected exit status is zero)
     "spawn_a": ([sys.executable, str(SCRIPTS / "ddp_spawn.py")], True),
     "spawn_b": ([sys.executable, str(SCRIPTS / "ddp_spawn.py")], True),
     "plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP], True),  # not recorded
+    # 3 ranks: 1/3 is inexact, so only DDP's own reduction order keeps the bits
+    "three": ([*TORCHRUN, "--nproc_per_node", "3", DDP], True),
+    "three_plain": ([*TORCHRUN, "--nproc_per_node", "3", DDP], True),
+    # a comm hook registered after the first forward, where the recorder took DDP's slot
+    "late_hook": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--late-hook", "2"], True),
+    "late_hook_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--late-hook", "2"], True),
 }
 
 
 def _start(name: str, out: Path) -> subprocess.Popen[str]:
     command, _ = RUNS[name]
-    if name != "plain":
+    if not name.endswith("plain"):
         command = [sys.executable, "-m", "divergence", "record", "-o", str(out), "--", *command]
     return subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -87,7 +93,7 @@ def test_each_rank_has_its_file_with_distributed_metadata(runs: dict[str, Path])
         meta = file.meta["distributed"]
         assert (meta["world_size"], meta["rank"], meta["local_rank"]) == (2, rank, rank)
         assert meta["backend"] == "gloo" and meta["launcher"] == "torchrun"
-        assert meta["ddp_comm_hooks"] == ["allreduce_hook"]
+        assert "ddp_comm_hooks" not in meta  # (the recorder's own is not the run's)
         names = {
             (file.strings[r["name"]], Kind(r["kind"]).label)
             for r in file.records
@@ -108,8 +114,26 @@ def test_same_settings_twice_are_identical(runs: dict[str, Path]) -> None:
     assert "identical: rank0-rank1" in result.stdout
 
 
-def test_recording_changes_no_bits(runs: dict[str, Path]) -> None:
-    assert _final_params(runs, "a") == _final_params(runs, "plain")
+@pytest.mark.parametrize("name", ["a", "three", "late_hook"])
+def test_recording_changes_no_bits(runs: dict[str, Path], name: str) -> None:
+    """Also at 3 ranks, where torch's Python allreduce_hook (divide, then sum) differs from
+    DDP's own reduction (multiply by 1/3 while copying into the bucket) in the last bits; and
+    with a hook registered after the recorder took DDP's one slot, which then runs it."""
+    plain = "plain" if name == "a" else f"{name}_plain"
+    assert _final_params(runs, name) == _final_params(runs, plain)
+
+
+def test_a_comm_hook_registered_late_is_recorded_as_the_runs(runs: dict[str, Path]) -> None:
+    file = RunFile.open(runs["late_hook"] / "rank0.h5")
+    assert file.meta["distributed"]["ddp_comm_hooks"] == ["fp16_compress_hook"]
+    buckets = file.records[file.records["kind"] == Kind.COLLECTIVE_OUT]
+    bucket_steps = {int(r["step"]) for r in buckets if file.strings[r["name"]] == "ddp.bucket0"}
+    assert bucket_steps == {0, 1, 2, 3, 4}
+    code, report = compare_json(runs["a"], runs["late_hook"])
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["kind"], first["location"]) == (2, "collective_out", "ddp.bucket0")
+    assert first["cause"] == "configuration" and "comm hook" in first["cause_text"]
 
 
 def test_local_divergence_on_rank1_is_followed_by_rank0(runs: dict[str, Path]) -> None:

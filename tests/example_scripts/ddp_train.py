@@ -12,6 +12,7 @@ Perturbation flags (off by default; without them two runs are bit-identical):
                                model output (local computation diverges on that rank only)
   --kill-rank R --kill-step K  SIGKILL rank R right after optimizer.step() of step K
   --unseeded-data              the DistributedSampler shuffle seed comes from os.urandom
+  --late-hook K                register DDP's fp16_compress_hook before step K's forward
 Also: --steps N, --threads N.
 """
 
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -43,6 +45,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-rank", type=int, default=None)
     p.add_argument("--kill-step", type=int, default=None)
     p.add_argument("--unseeded-data", action="store_true")
+    p.add_argument("--late-hook", type=int, default=None)
     return p.parse_args(argv)
 
 
@@ -85,6 +88,8 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     batches = epochs(loader, sampler)
     for step in range(args.steps):
         x, y = next(batches)
+        if step == args.late_hook:
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         out = ddp(x)
         if rank == args.flip_rank and step == args.flip_step:
             out = flip_bit(out)

@@ -8,10 +8,12 @@ the communication pattern is the user's own: no extra collective, no barrier, no
   outputs (``collective_out``) once the work is complete: at return for a synchronous call, at
   ``Work.wait()`` for ``async_op=True`` (or, if never waited in Python, before the next
   ``optimizer.step()``). Names carry a per-step call counter: ``all_reduce#0``, ``all_reduce#1``.
-* DDP gradient buckets: a communication hook that wraps DDP's default ``allreduce_hook`` (or the
-  user's own hook) records each bucket's flat local gradients (``collective_in``) and the reduced
-  result (``collective_out``) as ``ddp.bucket<i>``; the results are written when ``backward()``
-  returns, in bucket order, whatever thread completed them.
+* DDP gradient buckets: a communication hook around DDP's own reduction redone in Python
+  (``ddp_reduction.py``: the same bits) or around the user's own hook records each bucket's flat
+  local gradients (``collective_in``) and the reduced result (``collective_out``) as
+  ``ddp.bucket<i>``; the results are written when ``backward()`` returns, in bucket order,
+  whatever thread completed them. A hook the script registers after the first forward takes
+  over from the default one.
 * Metadata ``distributed``: backend, world size, rank, local rank, the ``init_process_group``
   settings and the DDP hooks; kept after ``destroy_process_group`` for the file's closing refresh.
 
@@ -34,6 +36,7 @@ import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from divergence.frameworks.adapter import Instrumentation
+from divergence.frameworks.torch.ddp_reduction import BuiltinReduction
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
 from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
@@ -69,6 +72,10 @@ class DistributedProbes(Instrumentation):
         self.in_bucket_hook = False  # the hook's own all_reduce is recorded as the bucket
         self.lock = threading.Lock()
         self.hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        # DDP models whose comm hook slot holds our redo of DDP's own reduction
+        self.defaults: weakref.WeakKeyDictionary[torch.nn.Module, BuiltinReduction] = (
+            weakref.WeakKeyDictionary()
+        )
         self.info: dict[str, Any] = {}
 
     # --- installation ---------------------------------------------------------------------
@@ -202,19 +209,19 @@ class DistributedProbes(Instrumentation):
         def forward(ddp: Any, *args: Any, **kwargs: Any) -> Any:
             if ddp not in probes.hooked:  # DDP allows one comm hook: take it at the last moment
                 probes.guarded_call(probes._hook_ddp, ddp)
+            default = probes.defaults.get(ddp)
+            if default is not None:
+                probes.guarded_call(default.before_forward, ddp)
             return original(ddp, *args, **kwargs)
 
         return forward
 
     def _hook_ddp(self, ddp: Any) -> None:
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
         self.hooked.add(ddp)
         if getattr(ddp, "_comm_hooks", None):
             return  # registered before we were installed: leave it alone
-        # NB: the default hook divides each bucket by the world size and all-reduces it, as
-        # DDP's built-in path does (element-wise division, then the same sum): the same bits.
-        ddp.register_comm_hook(ddp.process_group, allreduce_hook)
+        default = self.defaults[ddp] = BuiltinReduction(ddp)
+        ddp.register_comm_hook(ddp.process_group, default)
 
     def _wrap_register_comm_hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
         probes = self
@@ -222,9 +229,15 @@ class DistributedProbes(Instrumentation):
         @functools.wraps(original)
         def register_comm_hook(ddp: Any, state: object, hook: Callable[..., Any]) -> Any:
             probes.hooked.add(ddp)
-            wrapped = probes._bucket_hook(hook)
+            if isinstance(hook, BuiltinReduction):  # (ours: not a setting of the run)
+                return original(ddp, state, probes._bucket_hook(hook))
             probes.info.setdefault("ddp_comm_hooks", []).append(hook.__qualname__)
-            return original(ddp, state, wrapped)
+            default = probes.defaults.pop(ddp, None)
+            if default is not None:  # after the first forward, where ours took DDP's one slot
+                ddp._check_comm_hook(hook)
+                ddp._comm_hooks.append((hook, state))
+                return default.replace(state, hook)
+            return original(ddp, state, probes._bucket_hook(hook))
 
         return register_comm_hook
 
