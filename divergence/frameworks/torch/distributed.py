@@ -220,6 +220,11 @@ class DistributedProbes(Instrumentation):
         self.hooked.add(ddp)
         if getattr(ddp, "_comm_hooks", None):
             return  # registered before we were installed: leave it alone
+        join = getattr(ddp, "_join_config", None)
+        if join is not None and join.enable and not ddp._divide_by_initial_world_size:
+            # (Join for uneven inputs dividing by the ranks still joined: not redone here)
+            self.info["ddp_buckets"] = "not probed: Join(divide_by_initial_world_size=False)"
+            return
         default = self.defaults[ddp] = BuiltinReduction(ddp)
         ddp.register_comm_hook(ddp.process_group, default)
 
