@@ -22,7 +22,7 @@ from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
-from divergence.store.schema import BARE_TENSOR, SAMPLE_WEIGHT, Kind, Phase, parse_shape
+from divergence.store.schema import BARE_TENSOR, SAMPLE_WEIGHT, Kind, Phase, Status, parse_shape
 from divergence.wording import describe_status
 
 
@@ -411,12 +411,17 @@ def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray
 
 def _final_prints(run: RunFile) -> tuple[int, dict[str, tuple[int, str, str]]]:
     """The last step that updated parameters, and name -> (fingerprint, dtype, shape) of
-    each parameter's record there."""
+    each parameter's record there. Skipped records (a DTensor, a tensor subclass) are left
+    out: their placeholder fingerprints are equal whatever the values."""
     records, strings = run.records, run.strings
     step = _last_update_step(records)
     lo, hi = np.searchsorted(records["step"], [step, step + 1])  # (steps never decrease)
     last = records[lo:hi]
-    rows = last[(last["kind"] == Kind.PARAM) & (last["phase"] == Phase.OPTIMIZER)]
+    rows = last[
+        (last["kind"] == Kind.PARAM)
+        & (last["phase"] == Phase.OPTIMIZER)
+        & (last["status"] == Status.OK)
+    ]
     return step, {
         strings[r["name"]]: (int(r["fp"]), strings[r["dtype"]], strings[r["shape"]]) for r in rows
     }

@@ -103,8 +103,11 @@ def test_each_rank_has_its_file_with_distributed_metadata(runs: dict[str, Path])
         assert {("all_reduce#0", "collective_in"), ("all_reduce#0", "collective_out")} <= names
         for op in ("all_gather#0", "reduce_scatter#0"):
             assert {(op, "collective_in"), (op, "collective_out")} <= names
-        # a broadcast's input is data only on its source rank
+        # a broadcast's input is data only on its source rank, a reduce's output on its
+        # destination
         assert (("broadcast#0", "collective_in") in names) == (rank == 0)
+        assert ("reduce#0", "collective_in") in names
+        assert (("reduce#0", "collective_out") in names) == (rank == 0)
 
 
 def test_same_settings_twice_are_identical(runs: dict[str, Path]) -> None:

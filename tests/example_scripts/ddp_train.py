@@ -103,6 +103,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
         gathered = [torch.zeros_like(stats) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, stats)
         dist.reduce_scatter(torch.zeros_like(stats), gathered)
+        dist.reduce(stats.clone(), dst=0)  # (the sum is only rank 0's)
         optimizer.step()
         if rank == args.kill_rank and step == args.kill_step:
             os.kill(os.getpid(), signal.SIGKILL)

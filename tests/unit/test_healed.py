@@ -83,3 +83,25 @@ def test_past_a_structure_divergence_the_final_parameters_are_compared_by_name(
     text = " ".join(render_text(comparison).split())
     assert "(up to step 1, where the records stop lining up)" in text
     assert "parameters after step 2: 1 of 2 differ" in text
+
+
+def test_skipped_parameters_are_not_counted_as_matching(tmp_path: Path) -> None:
+    """Parameters that could not be fingerprinted (FSDP2's DTensors) have equal placeholder
+    records in both runs: they are not "0 of 1 differ", nor a difference that did not last."""
+    paths = []
+    for name, value in (("a", 1), ("b", 2)):
+        session = Session(RecordConfig(output=str(tmp_path / name)), tmp_path / name)
+        session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+        for _ in range(2):
+            session.begin_event()
+            session.add(Phase.FORWARD, Kind.OUTPUT, "fc", fingerprint(value))
+            dtensor = Fingerprint.skip("float32", (4,), "tensor subclass DTensor: not read")
+            session.add(Phase.OPTIMIZER, Kind.PARAM, "fc.weight", dtensor)
+            session.optimizer_stepped()
+        session.finish()
+        paths.append(tmp_path / name)
+    comparison = compare_runs(*paths)
+    text = " ".join(render_text(comparison).split())
+    assert "parameters after step" not in text and "did not last" not in text
+    (process,) = comparison_json(comparison)["processes"]
+    assert process["propagation"]["healed"] is False

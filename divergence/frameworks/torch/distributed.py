@@ -3,11 +3,13 @@
 Installed from the torch adapter (``install(session)``); it only wraps Python entry points, so
 the communication pattern is the user's own: no extra collective, no barrier, no broadcast.
 
-* ``all_reduce``, ``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``reduce_scatter``
-  and ``reduce_scatter_tensor`` record their inputs (``collective_in``) before the call and their
-  outputs (``collective_out``) once the work is complete: at return for a synchronous call, at
-  ``Work.wait()`` for ``async_op=True`` (or, if never waited in Python, before the next
-  ``optimizer.step()``). Names carry a per-step call counter: ``all_reduce#0``, ``all_reduce#1``.
+* ``all_reduce``, ``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``reduce_scatter``,
+  ``reduce_scatter_tensor``, ``reduce``, ``gather``, ``scatter``, ``all_to_all(_single)`` and
+  FSDP2's ``all_gather_single`` / ``reduce_scatter_single`` record their inputs
+  (``collective_in``) before the call and their outputs (``collective_out``) once the work is
+  complete: at return for a synchronous call, at ``Work.wait()`` for ``async_op=True`` (or, if
+  never waited in Python, before the next ``optimizer.step()``). Names carry a per-step call
+  counter: ``all_reduce#0``, ``all_reduce#1``.
 * DDP gradient buckets: a communication hook around DDP's own reduction redone in Python
   (``ddp_reduction.py``: the same bits) or around the user's own hook records each bucket's flat
   local gradients (``collective_in``) and the reduced result (``collective_out``) as
@@ -49,6 +51,13 @@ COLLECTIVES = {
     "all_gather_into_tensor": ("input_tensor", "output_tensor"),
     "reduce_scatter": ("input_list", "output"),
     "reduce_scatter_tensor": ("input", "output"),
+    "reduce": ("tensor", "tensor"),  # (the output only on the destination rank)
+    "gather": ("tensor", "gather_list"),  # (a list only on the destination rank)
+    "scatter": ("scatter_list", "tensor"),  # (a list only on the source rank)
+    "all_to_all": ("input_tensor_list", "output_tensor_list"),
+    "all_to_all_single": ("input", "output"),
+    "all_gather_single": ("input_tensor", "output_tensor"),  # (FSDP2's)
+    "reduce_scatter_single": ("input", "output"),  # (FSDP2's)
 }
 
 
@@ -82,7 +91,9 @@ class DistributedProbes(Instrumentation):
     def install(self) -> Callable[[], None]:
         c10d = dist.distributed_c10d
         for op in COLLECTIVES:
-            original = getattr(c10d, op)
+            original = getattr(c10d, op, None) or getattr(dist, op, None)
+            if original is None:  # (not in this torch)
+                continue
             wrapped = self._wrap_collective(op, original)
             for owner in (dist, c10d):
                 if getattr(owner, op, None) is original:
@@ -152,7 +163,7 @@ class DistributedProbes(Instrumentation):
         name = self._next_name(op)
         # A broadcast's input on a receiving rank is a buffer about to be overwritten (often
         # uninitialised memory): only the source's input is data.
-        if op != "broadcast" or _is_broadcast_source(bound):
+        if op != "broadcast" or _is_root(bound, "src"):
             self._add(Kind.COLLECTIVE_IN, name, _tensors(bound.arguments.get(source)))
         return name, bound
 
@@ -161,6 +172,8 @@ class DistributedProbes(Instrumentation):
     ) -> None:
         name, bound = call
         outputs = _tensors(bound.arguments.get(target))
+        if name.startswith("reduce#") and not _is_root(bound, "dst"):
+            outputs = []  # (what a reduce leaves on the other ranks is not its result)
         if result is None or not bound.arguments.get("async_op", False):
             self._add(Kind.COLLECTIVE_OUT, name, outputs)
         else:  # async: the outputs are only valid once the work is complete
@@ -355,12 +368,13 @@ def _constant(value: object) -> Callable[[object], object]:
     return replace
 
 
-def _is_broadcast_source(bound: inspect.BoundArguments) -> bool:
+def _is_root(bound: inspect.BoundArguments, role: str) -> bool:
+    """Whether this rank is a call's ``src`` or ``dst`` (``role``), by global or group rank."""
     group = bound.arguments.get("group")
-    group_src = bound.arguments.get("group_src")
-    if group_src is not None:
-        return bool(dist.get_rank(group) == group_src)
-    return bool(dist.get_rank() == bound.arguments.get("src"))
+    in_group = bound.arguments.get(f"group_{role}")
+    if in_group is not None:
+        return bool(dist.get_rank(group) == in_group)
+    return bool(dist.get_rank() == bound.arguments.get(role))
 
 
 def _plain(value: object) -> object:
