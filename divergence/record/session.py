@@ -31,7 +31,15 @@ import numpy as np
 from divergence.fingerprint import Algorithm
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
-from divergence.store.schema import RECORD_DTYPE, Kind, Phase, Status, pack_rows, shape_text
+from divergence.store.schema import (
+    RECORD_DTYPE,
+    Kind,
+    Phase,
+    Status,
+    join_rows,
+    pack_row,
+    shape_text,
+)
 from divergence.store.writer import Dump, RunFileWriter
 
 AUTO_FORWARD_LIMIT = 64
@@ -52,8 +60,13 @@ class Fingerprint(NamedTuple):
         return cls(0, dtype, shape, Algorithm.NONE, reason)
 
 
-# A buffered record: the RECORD_DTYPE fields after ``step``, ``fp`` possibly still pending.
-Row = tuple[object, int, int, int, int, int, int, int, int, int, int]
+# A buffered record whose ``fp`` is a pending device value: the RECORD_DTYPE fields after
+# ``step``, packed once the value is resolved. Every other record is buffered packed.
+PendingRow = tuple[object, int, int, int, int, int, int, int, int, int, int]
+
+
+def _pending_row(*fields: Any) -> PendingRow:
+    return fields
 
 
 class Session:
@@ -89,7 +102,8 @@ class Session:
 
     # --- step model -----------------------------------------------------------------------
     def _reset_buffer(self) -> None:
-        self._rows: list[Row] = []
+        self._rows: list[bytes | PendingRow] = []
+        self._pending = False  # whether a row in the buffer may be a PendingRow
         self._dumps: dict[int, tuple[np.ndarray, str]] = {}  # buffer row -> full copy
         self._open = False
         self._continuable = False  # the last event closed a step at an optimizer.step()
@@ -173,6 +187,7 @@ class Session:
     def _close_step(self) -> None:
         self._write_step(self.step, 0, len(self._rows))
         self._rows, self._dumps = [], {}
+        self._pending = False
         self._open = False
         self._forwards_in_step = 0
         self.step += 1
@@ -226,8 +241,13 @@ class Session:
         dtype_id = strings.get(dtype)
         if dtype_id is None:
             dtype_id = self._intern(dtype)
+        # Packed now, while its fields are at hand: packing the step's rows at its end costs
+        # twice as much (a pending device value waits for its resolver, at the end).
+        pack: Callable[..., bytes | PendingRow] = pack_row
+        if type(value) is not int:
+            pack, self._pending = _pending_row, True
         self._rows.append(
-            (
+            pack(
                 value,
                 name_id,
                 dtype_id,
@@ -266,16 +286,18 @@ class Session:
         self.records_written += end - start
         self._report_progress()
 
-    def _encode(self, step: int, rows: list[Row]) -> bytes:
+    def _encode(self, step: int, rows: list[bytes | PendingRow]) -> bytes:
+        """The rows as file bytes; pending device values resolved, one resolver call a type."""
         pending: dict[type, list[int]] = {}
-        for i, row in enumerate(rows):
-            if type(row[0]) is not int:
-                pending.setdefault(type(row[0]), []).append(i)
+        if self._pending:
+            for i, row in enumerate(rows):
+                if type(row) is tuple:
+                    pending.setdefault(type(row[0]), []).append(i)
         for kind, indices in pending.items():
             values = self.resolvers[kind]([rows[i][0] for i in indices])
             for i, value in zip(indices, values, strict=True):
-                rows[i] = (value, *rows[i][1:])
-        return pack_rows(step, rows)
+                rows[i] = pack_row(value, *rows[i][1:])
+        return join_rows(step, rows)  # type: ignore[arg-type]
 
     # --- files ----------------------------------------------------------------------------
     def _file_path(self) -> Path:

@@ -17,7 +17,6 @@ else ``pid<PID>.h5``. Each file holds:
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from enum import IntEnum
 
 import numpy as np
@@ -104,6 +103,12 @@ RECORD_DTYPE = np.dtype(
 # structured array from tuples, which the recorder pays every step).
 RECORD_STRUCT = struct.Struct("<qQIIIIHBBBBB")
 assert RECORD_STRUCT.size == RECORD_DTYPE.itemsize
+# A row without its leading ``step``: the recorder packs each row as it is buffered (the step
+# it belongs to is known only when the step is written) and :func:`join_rows` puts the step in.
+ROW_STRUCT = struct.Struct("<QIIIIHBBBBB")
+STEP_STRUCT = struct.Struct("<q")
+assert STEP_STRUCT.size + ROW_STRUCT.size == RECORD_STRUCT.size
+pack_row = ROW_STRUCT.pack
 MAX_DIMS = 8  # used by in-graph probe tables (frameworks/tensorflow)
 
 
@@ -187,14 +192,15 @@ def step_end_fp(step: int) -> int:
     return (step ^ STEP_END_MAGIC) & ((1 << 64) - 1)
 
 
-def pack_rows(step: int, rows: Sequence[tuple[object, ...]]) -> bytes:
-    """Rows given as tuples of the :data:`RECORD_DTYPE` fields after ``step``, as file bytes.
+def join_rows(step: int, rows: list[bytes]) -> bytes:
+    """Rows packed by :func:`pack_row` (the fields after ``step``), as file bytes of ``step``:
+    the step's 8 bytes are the separator of one join, put before every row.
 
-    >>> len(pack_rows(3, [(1, 2, 3, 4, 5, 0, 4, 2, 1, 0, 0)])) == RECORD_DTYPE.itemsize
+    >>> row = pack_row(1, 2, 3, 4, 5, 0, 4, 2, 1, 0, 0)
+    >>> join_rows(3, [row, row]) == RECORD_STRUCT.pack(3, 1, 2, 3, 4, 5, 0, 4, 2, 1, 0, 0) * 2
     True
     """
-    pack = RECORD_STRUCT.pack
-    return b"".join([pack(step, *row) for row in rows])
+    return STEP_STRUCT.pack(step).join([b"", *rows])
 
 
 def step_end_row(step: int) -> bytes:
