@@ -280,6 +280,7 @@ def test_contiguous_host_tensor_is_hashed_without_a_copy(monkeypatch: pytest.Mon
         return real(buffer, seed)
 
     monkeypatch.setattr(tfp, "fingerprint_buffer", spy)
+    monkeypatch.setattr(tfp, "_xxh3_64", spy)  # (the fast path's own)
     value = fingerprint_tensor(t).value
     assert seen == [(t.data_ptr(), t.numel() * 4)]  # the tensor's own memory was hashed
     assert value == xxhash.xxh3_64_intdigest(
@@ -312,8 +313,8 @@ def test_the_fast_path_gives_the_general_value(dtype: torch.dtype, shape: tuple[
     t = t.to(dtype).reshape(shape)
     general = tfp._fingerprint_host(t, "")
     assert fingerprint_tensor(t) == general  # the first one may go the general way
-    assert tfp._fingerprint_plain_host(t) == general
     assert fingerprint_tensor(t) == general
+    assert (t.data_ptr(), t.dtype, t.shape) in tfp._HOST_VIEWS  # (it took the fast path)
 
 
 def test_the_fast_path_reads_the_memory_as_it_is_now() -> None:
