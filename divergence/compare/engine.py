@@ -155,6 +155,8 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         undrawn = _never_drawn(_draws(a, first.step), _draws(b, first.step))
         first.rng_evidence = [e for e in evidence if e.split(" ")[0] not in undrawn]
         first.rng_undrawn = [e.split(" ")[0] for e in evidence if e.split(" ")[0] in undrawn]
+    elif structure_end < n and (ended := _ended_inside_step(key, a, b, structure_end)):
+        first = ended
     elif structure_end < n:
         first = _structure_divergence(key, a, b, structure_end)
     elif a.records.size != b.records.size or a.complete != b.complete:
@@ -323,6 +325,26 @@ def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:
     from divergence.compare.numeric import numeric_diff
 
     return numeric_diff(dumped_a[0], dumped_b[0], probe.dtype)
+
+
+def _ended_inside_step(key: str, a: RunFile, b: RunFile, row: int) -> Divergence | None:
+    """A length divergence where the records part because one process raised inside a step:
+    its records of that step end (at ``row``) where the other run's go on."""
+    for file, which, other in ((a, "A", b), (b, "B", a)):
+        step = file.ended_inside_step
+        records = file.records
+        if step is None or records["kind"][row] != Kind.STEP_END or records["step"][row] != step:
+            continue
+        at = probe_at(other, row)
+        raised = file.uncaught if len(file.uncaught) <= 100 else file.uncaught[:97] + "..."
+        divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
+        divergence.origin_text = (
+            f"run {which} ended inside step {step}, raising {raised}, before its "
+            f"{at.label} ({at.phase}) that the other run recorded next; every record before "
+            "matched"
+        )
+        return divergence
+    return None
 
 
 def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:

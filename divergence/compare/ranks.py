@@ -140,7 +140,10 @@ def _compare_pair(
         ):
             explain_collective(first, file_a)
         first.cause, first.cause_text = classify(first, environment)
-    comparison.notes.extend(failure_notes([(file_a, file_b)]))
+    # (the command's exit status is in every file: said once)
+    comparison.notes.extend(
+        n for n in failure_notes([(file_a, file_b)]) if n not in comparison.notes
+    )
     return result  # the files go out of scope here: one pair in memory at a time
 
 

@@ -93,6 +93,7 @@ class Session:
         # (only when recording started before the program ran: `diverge record`)
         self.host_generators_at_start: dict[str, str] = {}
         self.failure = ""
+        self.uncaught = ""  # the exception that ended the process, if one did
         self._start_time = time.time()
         self._reset_buffer()
         self._wants: dict[str, bool] = {}
@@ -346,13 +347,15 @@ class Session:
             callback()
         if self.mode == "auto" and len(self._marks) > 1:
             self._split_forward_steps(keep_current=False)
+        end: dict[str, object] = {"clean_exit": True, "failure": self.failure}
+        if self.uncaught:
+            end["uncaught"] = self.uncaught
+            if self._rows and self.mode in ("optimizer", "explicit"):
+                end["ended_inside_step"] = self.step  # (its records so far are written)
         if self._rows:
             self._close_step()
         if self.writer is not None:
-            self.writer.close(
-                {"clean_exit": True, "steps": self.writer.steps, "failure": self.failure},
-                self._metadata(),
-            )
+            self.writer.close({**end, "steps": self.writer.steps}, self._metadata())
             self.writer = None
 
     def forget_after_fork(self) -> None:
@@ -380,7 +383,23 @@ def activate(session: Session) -> Session:
     global _active
     _active = session
     multiprocessing.util.register_after_fork(session, _finish_in_forked_process)
+    if not getattr(sys.excepthook, "notes_uncaught", False):
+        sys.excepthook = _noting_uncaught(sys.excepthook)
     return session
+
+
+def _noting_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
+    """``sys.excepthook`` that first tells the active session which exception ends the
+    process (compare then says a run ended inside a step, and why)."""
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> Any:
+        if _active is not None:
+            text = f"{kind.__name__}: {value}".splitlines()[0] if str(value) else kind.__name__
+            _active.uncaught = text[:300]
+        return previous(kind, value, tb)
+
+    excepthook.notes_uncaught = True  # type: ignore[attr-defined]
+    return excepthook
 
 
 def deactivate() -> None:

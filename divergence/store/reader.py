@@ -112,6 +112,18 @@ class RunFile:
         )
 
     @property
+    def ended_inside_step(self) -> int | None:
+        """The step an uncaught exception ended the process in, before its optimizer step
+        (its records up to there are written), or None."""
+        step = (self.end or {}).get("ended_inside_step")
+        return int(step) if step is not None else None
+
+    @property
+    def uncaught(self) -> str:
+        """``RuntimeError: ...``: the exception that ended the process, or ""."""
+        return str((self.end or {}).get("uncaught", ""))
+
+    @property
     def complete(self) -> bool:
         """True when the process closed the file itself (it was not killed)."""
         return self.end is not None

@@ -11,7 +11,7 @@ import pytest
 
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
-from tests.conftest import SCRIPTS, assert_repeats_and_keeps_its_bits, run_cli
+from tests.conftest import SCRIPTS, assert_repeats_and_keeps_its_bits, compare_json, run_cli
 
 
 def recorded(tmp_path: Path, *command: str, options: tuple[str, ...] = ()) -> RunFile:
@@ -168,3 +168,41 @@ def test_a_checkpoint_recomputing_a_forward_in_the_backward_is_not_a_model_call(
     recomputed = (records["kind"] == Kind.OUTPUT) & (records["phase"] == Phase.BACKWARD)
     assert {"blocks.0.fc", "blocks.2.fc"} <= set(names[recomputed])
     assert_repeats_and_keeps_its_bits(runs, outs[0], outs[2])
+
+
+RAISES = (
+    "import sys, torch\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.Linear(4, 2)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for step in range(4):\n"
+    "    optimizer.zero_grad()\n"
+    "    loss = model(torch.randn(3, 4)).pow(2).mean()\n"
+    "    loss.backward()\n"
+    "    if step == int(sys.argv[1]):\n"
+    "        raise RuntimeError(f'loss check failed at step {step}')\n"
+    "    optimizer.step()\n"
+)
+
+
+def test_a_run_that_raised_inside_a_step_ended_there(tmp_path: Path) -> None:
+    """An uncaught exception after the backward of step 2: the run keeps that step's records
+    and says it ended inside it, and compare calls it a length divergence naming the
+    exception, not another code path."""
+    script = tmp_path / "raises.py"
+    script.write_text(RAISES)
+    runs = []
+    for name, raise_at in (("a", "-1"), ("b", "2")):
+        result = run_cli(
+            "record", "-o", str(tmp_path / name), "--", sys.executable, str(script), raise_at
+        )
+        assert result.returncode == (0 if name == "a" else 1), result.stderr
+        runs.append(tmp_path / name)
+    (file,) = runs[1].glob("*.h5")
+    run = RunFile.open(file)
+    assert (run.ended_inside_step, run.uncaught) == (2, "RuntimeError: loss check failed at step 2")
+    assert run.complete and run.steps.tolist() == [0, 1, 2]
+    code, report = compare_json(*runs)
+    first = report["first_divergence"]
+    assert (code, first["reason"], first["step"]) == (1, "length", 2)
+    assert "ended inside step 2, raising RuntimeError: loss check failed" in first["origin_text"]
