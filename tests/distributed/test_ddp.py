@@ -94,6 +94,13 @@ def test_each_rank_has_its_file_with_distributed_metadata(runs: dict[str, Path])
         assert (meta["world_size"], meta["rank"], meta["local_rank"]) == (2, rank, rank)
         assert meta["backend"] == "gloo" and meta["launcher"] == "torchrun"
         assert "ddp_comm_hooks" not in meta  # (the recorder's own is not the run's)
+        assert meta["ddp"] == {
+            "broadcast_buffers": True,
+            "bucket_cap_mb": 25.0,
+            "find_unused_parameters": False,
+            "gradient_as_bucket_view": False,
+            "static_graph": False,
+        }
         names = {
             (file.strings[r["name"]], Kind(r["kind"]).label)
             for r in file.records

@@ -231,6 +231,7 @@ class DistributedProbes(Instrumentation):
 
     def _hook_ddp(self, ddp: Any) -> None:
         self.hooked.add(ddp)
+        self.info.setdefault("ddp", _ddp_settings(ddp))  # (the first model's)
         if getattr(ddp, "_comm_hooks", None):
             return  # registered before we were installed: leave it alone
         join = getattr(ddp, "_join_config", None)
@@ -375,6 +376,22 @@ def _is_root(bound: inspect.BoundArguments, role: str) -> bool:
     if in_group is not None:
         return bool(dist.get_rank(group) == in_group)
     return bool(dist.get_rank() == bound.arguments.get(role))
+
+
+def _ddp_settings(ddp: Any) -> dict[str, object]:
+    """What DDP was built with that changes its buckets, buffers or reduction."""
+    settings = {
+        name: _plain(getattr(ddp, name, None))
+        for name in (
+            "broadcast_buffers",
+            "find_unused_parameters",
+            "static_graph",
+            "gradient_as_bucket_view",
+        )
+    }
+    cap = getattr(ddp, "bucket_bytes_cap", None)
+    settings["bucket_cap_mb"] = cap / 2**20 if isinstance(cap, int) else _plain(cap)
+    return settings
 
 
 def _plain(value: object) -> object:
