@@ -45,6 +45,9 @@ RUNS = {  # name -> (command, expected exit status is zero)
     # 3 ranks: 1/3 is inexact, so only DDP's own reduction order keeps the bits
     "three": ([*TORCHRUN, "--nproc_per_node", "3", DDP], True),
     "three_plain": ([*TORCHRUN, "--nproc_per_node", "3", DDP], True),
+    # gradients that are views of DDP's buckets: divided in place by DDP, not hooked by us
+    "three_view": ([*TORCHRUN, "--nproc_per_node", "3", DDP, "--bucket-view"], True),
+    "three_view_plain": ([*TORCHRUN, "--nproc_per_node", "3", DDP, "--bucket-view"], True),
     # a comm hook registered after the first forward, where the recorder took DDP's slot
     "late_hook": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--late-hook", "2"], True),
     "late_hook_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--late-hook", "2"], True),
@@ -124,13 +127,16 @@ def test_same_settings_twice_are_identical(runs: dict[str, Path]) -> None:
     assert "identical: rank0-rank1" in result.stdout
 
 
-@pytest.mark.parametrize("name", ["a", "three", "late_hook"])
+@pytest.mark.parametrize("name", ["a", "three", "three_view", "late_hook"])
 def test_recording_changes_no_bits(runs: dict[str, Path], name: str) -> None:
     """Also at 3 ranks, where torch's Python allreduce_hook (divide, then sum) differs from
     DDP's own reduction (multiply by 1/3 while copying into the bucket) in the last bits; and
-    with a hook registered after the recorder took DDP's one slot, which then runs it."""
+    with a hook registered after the recorder took DDP's one slot, which then runs it. With
+    gradient_as_bucket_view the recorder leaves DDP's slot alone (and says so)."""
     plain = "plain" if name == "a" else f"{name}_plain"
     assert _final_params(runs, name) == _final_params(runs, plain)
+    meta = RunFile.open(runs[name] / "rank0.h5").meta["distributed"]
+    assert ("ddp_buckets" in meta) == (name == "three_view")
 
 
 def test_a_comm_hook_registered_late_is_recorded_as_the_runs(runs: dict[str, Path]) -> None:

@@ -13,6 +13,7 @@ Perturbation flags (off by default; without them two runs are bit-identical):
   --kill-rank R --kill-step K  SIGKILL rank R right after optimizer.step() of step K
   --unseeded-data              the DistributedSampler shuffle seed comes from os.urandom
   --late-hook K                register DDP's fp16_compress_hook before step K's forward
+  --bucket-view                DDP(gradient_as_bucket_view=True), gradients kept (zero_grad to 0)
 Also: --steps N, --threads N.
 """
 
@@ -46,6 +47,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-step", type=int, default=None)
     p.add_argument("--unseeded-data", action="store_true")
     p.add_argument("--late-hook", type=int, default=None)
+    p.add_argument("--bucket-view", action="store_true")
     return p.parse_args(argv)
 
 
@@ -78,7 +80,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     random.seed(0)  # unused, but unseeded generators would show up as evidence in reports
     np.random.seed(0)
     model = nn.Sequential(nn.Linear(D_IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, D_OUT))
-    ddp = DistributedDataParallel(model)
+    ddp = DistributedDataParallel(model, gradient_as_bucket_view=args.bucket_view)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     seed = int.from_bytes(os.urandom(4), "little") if args.unseeded_data else 0
     sampler = DistributedSampler(dataset(), world_size, rank, shuffle=True, seed=seed)
@@ -94,7 +96,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
         if rank == args.flip_rank and step == args.flip_step:
             out = flip_bit(out)
         loss = nn.functional.mse_loss(out, y) * scale
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=not args.bucket_view)
         loss.backward()
         logged = loss.detach().clone()
         dist.all_reduce(logged, async_op=True).wait()  # the mean loss, for logging

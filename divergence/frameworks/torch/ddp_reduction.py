@@ -1,13 +1,13 @@
 """DDP's own gradient reduction as a Python comm hook, so that the recorder sees every bucket.
 
 Without a comm hook DDP's C++ reducer multiplies each gradient by ``1 / world_size`` as it
-copies it into its bucket (a gradient that already is a view of the bucket, with
-``gradient_as_bucket_view=True`` and gradients kept between backwards, is divided in place;
-a sparse one is divided), then sums the bucket over the ranks. torch's Python
-``allreduce_hook`` divides instead, which differs in the last bit wherever ``1 / world_size``
-is inexact (3 ranks): the recorder would change the run. :class:`BuiltinReduction` does what
-the reducer does, element for element, and gives the slot to a hook the script registers later
-(DDP takes one hook, once).
+copies it into its bucket (a sparse one is divided), then sums the bucket over the ranks.
+torch's Python ``allreduce_hook`` divides instead, which differs in the last bit wherever
+``1 / world_size`` is inexact (3 ranks): the recorder would change the run.
+:class:`BuiltinReduction` does what the reducer does, element for element, and gives the slot
+to a hook the script registers later (DDP takes one hook, once). Not used with
+``gradient_as_bucket_view=True``: there the reducer divides in place the gradients that still
+are views of the bucket when the backward reaches them, which a hook cannot tell afterwards.
 
 >>> # ddp.register_comm_hook(ddp.process_group, BuiltinReduction(ddp))
 """
@@ -24,16 +24,7 @@ class BuiltinReduction:
 
     def __init__(self, ddp: Any) -> None:
         self.group = ddp.process_group
-        self.as_view = bool(getattr(ddp, "gradient_as_bucket_view", False))
-        self.kept: set[int] = set()  # ids of parameters whose gradient is a bucket view
         self.replacement: tuple[object, Callable[..., Any]] | None = None
-
-    def before_forward(self, ddp: Any) -> None:
-        """Note which gradients the coming backward finds in place: with
-        ``gradient_as_bucket_view`` they are views of the buckets, which the reducer divides
-        in place rather than multiplying while copying."""
-        if self.as_view:
-            self.kept = {id(p) for p in ddp.module.parameters() if p.grad is not None}
 
     def replace(self, state: object, hook: Callable[..., Any]) -> None:
         """A comm hook the script registers after this one took DDP's slot runs instead."""
@@ -51,14 +42,8 @@ class BuiltinReduction:
         buffer = bucket.buffer()
         if buffer.is_sparse:
             buffer.div_(size)
-        elif not self.kept:
-            buffer.mul_(1.0 / size)
         else:
-            for param, view in zip(bucket.parameters(), bucket.gradients(), strict=True):
-                if id(param) in self.kept:
-                    view.div_(size)
-                else:
-                    view.mul_(1.0 / size)
+            buffer.mul_(1.0 / size)
         work = dist.all_reduce(buffer, group=self.group, async_op=True)
         assert work is not None
         return work.get_future().then(lambda done: done.value()[0])

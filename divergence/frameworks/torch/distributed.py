@@ -222,34 +222,35 @@ class DistributedProbes(Instrumentation):
         def forward(ddp: Any, *args: Any, **kwargs: Any) -> Any:
             if ddp not in probes.hooked:  # DDP allows one comm hook: take it at the last moment
                 probes.guarded_call(probes._hook_ddp, ddp)
-            default = probes.defaults.get(ddp)
-            if default is not None:
-                probes.guarded_call(default.before_forward, ddp)
             return original(ddp, *args, **kwargs)
 
         return forward
 
     def _hook_ddp(self, ddp: Any) -> None:
-        self.hooked.add(ddp)
-        self.info.setdefault("ddp", _ddp_settings(ddp))  # (the first model's)
+        self._saw_ddp(ddp)
         if getattr(ddp, "_comm_hooks", None):
             return  # registered before we were installed: leave it alone
-        join = getattr(ddp, "_join_config", None)
-        if join is not None and join.enable and not ddp._divide_by_initial_world_size:
-            # (Join for uneven inputs dividing by the ranks still joined: not redone here)
-            self.info["ddp_buckets"] = "not probed: Join(divide_by_initial_world_size=False)"
+        unprobed = _reduction_not_redone(ddp)
+        if unprobed:
+            self.info["ddp_buckets"] = f"not probed: {unprobed}"
             return
         default = self.defaults[ddp] = BuiltinReduction(ddp)
         ddp.register_comm_hook(ddp.process_group, default)
+
+    def _saw_ddp(self, ddp: Any) -> None:
+        """A DDP model the script uses: its settings go into the metadata (the first one's)."""
+        self.hooked.add(ddp)
+        if "ddp" not in self.info:
+            self.info["ddp"] = _ddp_settings(ddp)
 
     def _wrap_register_comm_hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
         probes = self
 
         @functools.wraps(original)
         def register_comm_hook(ddp: Any, state: object, hook: Callable[..., Any]) -> Any:
-            probes.hooked.add(ddp)
             if isinstance(hook, BuiltinReduction):  # (ours: not a setting of the run)
                 return original(ddp, state, probes._bucket_hook(hook))
+            probes.guarded_call(probes._saw_ddp, ddp)
             probes.info.setdefault("ddp_comm_hooks", []).append(hook.__qualname__)
             default = probes.defaults.pop(ddp, None)
             if default is not None:  # after the first forward, where ours took DDP's one slot
@@ -265,7 +266,16 @@ class DistributedProbes(Instrumentation):
 
         @functools.wraps(original)
         def register_builtin(ddp: Any, hook_type: object) -> Any:
-            probes.hooked.add(ddp)  # a C++ hook: its buckets cannot be seen from Python
+            probes.guarded_call(probes._saw_ddp, ddp)
+            default = probes.defaults.pop(ddp, None)
+            if default is not None:  # after the first forward: ours holds DDP's one slot
+                hook = _python_equivalent(hook_type)
+                probes.info.setdefault("ddp_comm_hooks", []).append(
+                    f"{hook_type} (run as its Python equivalent {hook.__name__}: the recorder "
+                    "held DDP's hook slot; its last bits may differ from the C++ hook's)"
+                )
+                return default.replace(ddp.process_group, hook)
+            # a C++ hook: its buckets cannot be seen from Python
             probes.info.setdefault("ddp_comm_hooks", []).append(f"{hook_type} (not probed)")
             return original(ddp, hook_type)
 
@@ -376,6 +386,28 @@ def _is_root(bound: inspect.BoundArguments, role: str) -> bool:
     if in_group is not None:
         return bool(dist.get_rank(group) == in_group)
     return bool(dist.get_rank() == bound.arguments.get(role))
+
+
+def _reduction_not_redone(ddp: Any) -> str:
+    """Why DDP's own reduction cannot be redone as a hook for ``ddp`` (see
+    ``ddp_reduction.py``), or ""."""
+    if getattr(ddp, "gradient_as_bucket_view", False):
+        return (
+            "gradient_as_bucket_view=True (DDP's reduction then depends on views a hook cannot see)"
+        )
+    join = getattr(ddp, "_join_config", None)
+    if join is not None and join.enable and not ddp._divide_by_initial_world_size:
+        return "Join(divide_by_initial_world_size=False) divides by the ranks still joined"
+    return ""
+
+
+def _python_equivalent(hook_type: object) -> Callable[..., Any]:
+    """torch's Python hook for a built-in C++ one (``BuiltinCommHookType``)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    if "FP16" in str(hook_type):
+        return default_hooks.fp16_compress_hook
+    return default_hooks.allreduce_hook
 
 
 def _ddp_settings(ddp: Any) -> dict[str, object]:
