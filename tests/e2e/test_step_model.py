@@ -206,3 +206,30 @@ def test_a_run_that_raised_inside_a_step_ended_there(tmp_path: Path) -> None:
     first = report["first_divergence"]
     assert (code, first["reason"], first["step"]) == (1, "length", 2)
     assert "ended inside step 2, raising RuntimeError: loss check failed" in first["origin_text"]
+
+
+STEP_RAISES = (
+    "import torch\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.Linear(4, 2)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "def failing():\n"
+    "    raise RuntimeError('closure failed')\n"
+    "for step in range(5):\n"
+    "    optimizer.zero_grad()\n"
+    "    model(torch.ones(3, 4)).sum().backward()\n"
+    "    try:\n"
+    "        optimizer.step(failing if step == 1 else None)\n"
+    "    except RuntimeError:\n"
+    "        pass\n"
+)
+
+
+def test_a_step_that_raised_and_was_caught_does_not_hold_the_next_ones(tmp_path: Path) -> None:
+    """optimizer.step() raised at step 1 (its post-hook never ran) and the script went on:
+    each later step() still closes its step (the failed step's records join the next one)."""
+    script = tmp_path / "step_raises.py"
+    script.write_text(STEP_RAISES)
+    run = recorded(tmp_path, str(script))
+    assert run.steps.tolist() == [0, 1, 2, 3]
+    assert batches_per_step(run) == [1, 2, 1, 1]

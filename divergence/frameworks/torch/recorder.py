@@ -89,7 +89,9 @@ class TorchRecorder(Instrumentation):
         self.state_labels: dict[tuple[str, object], str] = {}
         self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of their records
         self.group_settings = GroupSettings(torch.Tensor, self._tensor_setting, _tensor_text)
-        self.stepping = 0  # optimizer steps running: LBFGS calls the model inside its own
+        # ids of the optimizers whose step() is running, outermost first: LBFGS calls the
+        # model inside its own, ZeroRedundancyOptimizer another optimizer's step
+        self.stepping: list[int] = []
         # the live roots (model calls), each with its number and the prefix of its names
         # (`Label#N.`, none for number 0). Numbers count every root adopted, also freed ones,
         # so that names never depend on when the garbage collector ran.
@@ -415,7 +417,7 @@ class TorchRecorder(Instrumentation):
         unscaling or a ``p.grad`` edit; or set without one), in the optimizer phase. Written
         parameters of a second optimizer stepping right after another continue that step
         (:meth:`Session.begin_optimizer_event`)."""
-        self.stepping += 1
+        self._enter_step(optimizer)
         s = self.session
         if not s.recording:
             return
@@ -430,6 +432,18 @@ class TorchRecorder(Instrumentation):
                     continue
                 self._add(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, grad)
                 self.params.grad_recorded(param)
+
+    def _enter_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer's step() starts. One already on the stack never finished its last
+        step (it raised, and the script caught it): that entry and those above it go."""
+        if id(optimizer) in self.stepping:
+            del self.stepping[self.stepping.index(id(optimizer)) :]
+        self.stepping.append(id(optimizer))
+
+    def _leave_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Its step() returned: it and any step it ran that raised come off the stack."""
+        if id(optimizer) in self.stepping:
+            del self.stepping[self.stepping.index(id(optimizer)) :]
 
     def _stepped_parameters(
         self, optimizer: torch.optim.Optimizer
@@ -524,7 +538,7 @@ class TorchRecorder(Instrumentation):
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
-        self.stepping = max(self.stepping - 1, 0)
+        self._leave_step(optimizer)
         self.params.stepped(optimizer)  # (also outside --steps: a step is not a write)
         if s.begin_optimizer_event():
             state = optimizer.state
