@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from divergence.errors import RecordError
 from divergence.record.config import RecordConfig, StepRange
-from divergence.record.session import Session, activate, active, deactivate
+from divergence.record.session import Session, activate, active, deactivate, describe_exception
 
 T = TypeVar("T")
 
@@ -55,6 +55,8 @@ class Recorder:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if exc is not None and self.session is not None:  # (ends the run: say inside which step)
+            self.session.uncaught = describe_exception(type(exc), exc)
         try:
             deactivate()  # first: writing the last step may need the framework's resolvers
         finally:

@@ -345,15 +345,16 @@ class Session:
         """At exit: write what is buffered as the last step(s) and close the file cleanly."""
         for callback in self.on_finish:
             callback()
+        end: dict[str, object] = {"clean_exit": True, "failure": self.failure}
+        buffered = bool(self._rows)
         if self.mode == "auto" and len(self._marks) > 1:
             self._split_forward_steps(keep_current=False)
-        end: dict[str, object] = {"clean_exit": True, "failure": self.failure}
-        if self.uncaught:
-            end["uncaught"] = self.uncaught
-            if self._rows and self.mode in ("optimizer", "explicit"):
-                end["ended_inside_step"] = self.step  # (its records so far are written)
         if self._rows:
             self._close_step()
+        if self.uncaught:
+            end["uncaught"] = self.uncaught
+            if buffered:  # the step it raised in: its records so far are written
+                end["ended_inside_step"] = self.step - 1
         if self.writer is not None:
             self.writer.close({**end, "steps": self.writer.steps}, self._metadata())
             self.writer = None
@@ -371,6 +372,20 @@ class Session:
 
 
 _active: Session | None = None
+
+
+def describe_exception(kind: type[BaseException], value: BaseException) -> str:
+    """``RuntimeError: boom`` (its first line, 300 characters at most), never raising.
+
+    >>> describe_exception(ValueError, ValueError("bad\nvalue"))
+    'ValueError: bad'
+    """
+    try:
+        text = str(value)
+    except Exception:  # (an exception whose __str__ fails still ended the run)
+        text = ""
+    lines = text.splitlines()
+    return (f"{kind.__name__}: {lines[0]}" if lines else kind.__name__)[:300]
 
 
 def active() -> Session | None:
@@ -394,8 +409,7 @@ def _noting_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
 
     def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> Any:
         if _active is not None:
-            text = f"{kind.__name__}: {value}".splitlines()[0] if str(value) else kind.__name__
-            _active.uncaught = text[:300]
+            _active.uncaught = describe_exception(kind, value)
         return previous(kind, value, tb)
 
     excepthook.notes_uncaught = True  # type: ignore[attr-defined]

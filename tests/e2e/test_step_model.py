@@ -185,27 +185,42 @@ RAISES = (
 )
 
 
-def test_a_run_that_raised_inside_a_step_ended_there(tmp_path: Path) -> None:
-    """An uncaught exception after the backward of step 2: the run keeps that step's records
-    and says it ended inside it, and compare calls it a length divergence naming the
+@pytest.mark.parametrize("api", [False, True], ids=["cli", "api"])
+@pytest.mark.parametrize("raise_at", [0, 2])
+def test_a_run_that_raised_inside_a_step_ended_there(
+    tmp_path: Path, raise_at: int, api: bool
+) -> None:
+    """An uncaught exception after the backward of a step (the first one too, before any
+    optimizer step; also inside ``with divergence.Recorder()``): the run keeps that step's
+    records and says it ended inside it, and compare calls it a length divergence naming the
     exception, not another code path."""
     script = tmp_path / "raises.py"
     script.write_text(RAISES)
     runs = []
-    for name, raise_at in (("a", "-1"), ("b", "2")):
-        result = run_cli(
-            "record", "-o", str(tmp_path / name), "--", sys.executable, str(script), raise_at
-        )
+    for name, at in (("a", -1), ("b", raise_at)):
+        out = tmp_path / name
+        if api:
+            code = (
+                "import runpy, sys, divergence\n"
+                f"sys.argv = ['raises.py', '{at}']\n"
+                f"with divergence.Recorder({str(out)!r}):\n"
+                f"    runpy.run_path({str(script)!r})\n"
+            )
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        else:
+            command = ("--", sys.executable, str(script), str(at))
+            result = run_cli("record", "-o", str(out), *command)
         assert result.returncode == (0 if name == "a" else 1), result.stderr
-        runs.append(tmp_path / name)
+        runs.append(out)
     (file,) = runs[1].glob("*.h5")
     run = RunFile.open(file)
-    assert (run.ended_inside_step, run.uncaught) == (2, "RuntimeError: loss check failed at step 2")
-    assert run.complete and run.steps.tolist() == [0, 1, 2]
+    failure = f"RuntimeError: loss check failed at step {raise_at}"
+    assert (run.ended_inside_step, run.uncaught) == (raise_at, failure)
+    assert run.complete and run.steps.tolist() == list(range(raise_at + 1))
     code, report = compare_json(*runs)
     first = report["first_divergence"]
-    assert (code, first["reason"], first["step"]) == (1, "length", 2)
-    assert "ended inside step 2, raising RuntimeError: loss check failed" in first["origin_text"]
+    assert (code, first["reason"], first["step"]) == (1, "length", raise_at)
+    assert f"ended inside step {raise_at}, raising {failure}" in first["origin_text"]
 
 
 STEP_RAISES = (
