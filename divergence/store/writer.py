@@ -183,7 +183,8 @@ class RunFileWriter:
     ) -> None:
         """Append one step: new strings and dumps first (HDF5, flushed), then the records
         and the end marker in one write, so a kill never leaves a row naming a missing string.
-        ``block`` is the step's rows, packed (:func:`pack_rows`) or a ``RECORD_DTYPE`` array."""
+        ``block`` is the step's rows, packed (:func:`~divergence.store.schema.join_rows`) or
+        a ``RECORD_DTYPE`` array."""
         if strings:
             start = self._strings.shape[0]
             self._strings.resize((start + len(strings),))
