@@ -24,6 +24,7 @@ from divergence.store.schema import (
     EDITED_AFTER_TAPE,
     EDITED_IN_TRACE,
     EVAL_MODE,
+    IMPORTED_GRADIENT,
     LOSS_INPUTS,
     TARGETS,
     UNINITIALISED,
@@ -84,7 +85,8 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
         divergence.origin = True
         param = name.split("/")[0]
         if _has(run, same_step, Kind.PARAM_GRAD, param, Phase.OPTIMIZER, EDITED_IN_TRACE):
-            _explain_update_of_unseen_gradient(divergence, param)
+            tape_seen = _has(run, same_step, Kind.PARAM_GRAD, param, Phase.BACKWARD)
+            _explain_update_of_unseen_gradient(divergence, param, tape_seen)
             return
         settings = (
             "and hyperparameters matched"
@@ -112,17 +114,29 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
             )
 
 
-def _explain_update_of_unseen_gradient(divergence: Divergence, param: str) -> None:
+def _explain_update_of_unseen_gradient(divergence: Divergence, param: str, tape_seen: bool) -> None:
     """An update inside ``tf.function`` whose gradient was edited after the tape returned it
-    and not fingerprinted there (:data:`EDITED_IN_TRACE`); the tape's own matched."""
+    and not fingerprinted there (:data:`EDITED_IN_TRACE`); ``tape_seen``: the tape's own
+    was recorded (one tape.gradient() gave it) and so matched."""
     divergence.origin = None
     divergence.facts["gradient"] = "edited"
-    divergence.origin_text = (
-        f"between tape.gradient() and apply_gradients(), or in the optimizer update of "
-        f"{_code(param)}: the gradient the tape returned matched, and the code after it edited "
-        "it (clipping, scaling) inside tf.function, where the edited gradient is not "
-        "fingerprinted (one more reader could change grappler's rewrites and the run's bits)"
+    unseen = (
+        "the gradient the optimizer read is not fingerprinted inside tf.function (one more "
+        "reader could change grappler's rewrites and the run's bits)"
     )
+    if tape_seen:
+        divergence.origin_text = (
+            f"between tape.gradient() and apply_gradients(), or in the optimizer update of "
+            f"{_code(param)}: the gradient the tape returned matched, and the code after it "
+            f"changed it; {unseen}"
+        )
+    else:
+        divergence.origin_text = (
+            f"in the backward, between tape.gradient() and apply_gradients(), or in the "
+            f"optimizer update of {_code(param)}: the tape's gradient was not recorded "
+            f"(several tape.gradient() calls gave this variable one, or another "
+            f"tf.function's tape did), and {unseen}"
+        )
 
 
 def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
@@ -144,6 +158,13 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
             f"backward() (clip_grad_norm_, clip_grad_value_, GradScaler.unscale_, a p.grad "
             f"edit, a gradient hook or all-reduce) changed {name}'s gradient; the gradient the "
             "backward left matched"
+        )
+    elif divergence.a is not None and divergence.a.note == IMPORTED_GRADIENT:
+        divergence.origin = None  # (the tape ran in another tf.function or eager code)
+        divergence.origin_text = (
+            f"in the backward, or between tape.gradient() and apply_gradients(): {name}'s "
+            "gradient came from a tape.gradient() in another tf.function or in eager code, "
+            "whose own gradient was not recorded"
         )
     elif divergence.a is not None and divergence.a.note == EDITED_AFTER_TAPE:
         divergence.origin = None  # (the tape's gradient was not recorded)

@@ -132,6 +132,8 @@ BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
 # backward phase where the recorder knows it (0.6.0 on), else the first note says it is not.
 EDITED_AFTER_TAPE = "edited after tape.gradient(), whose gradient was not recorded"
 EDITED_GRADIENT = "edited after tape.gradient()"
+# ... or taken by a tape in another context (a tf.function, eager code) than apply_gradients()
+IMPORTED_GRADIENT = "from tape.gradient() in another tf.function or eager code, not recorded"
 # The skip reason of such a gradient inside tf.function: a probe would be one more reader of
 # the edited tensor, and grappler rewrites chains of ops only through tensors with one reader
 # (clip_by_global_norm's scale times SGD's learning rate: other last bits when recorded).

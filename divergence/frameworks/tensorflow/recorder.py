@@ -70,6 +70,7 @@ from divergence.store.schema import (
     EDITED_AFTER_TAPE,
     EDITED_GRADIENT,
     EDITED_IN_TRACE,
+    IMPORTED_GRADIENT,
     LOSS_INPUTS,
     MAX_DIMS,
     Kind,
@@ -106,6 +107,7 @@ class KerasRecorder(Instrumentation):
         # variable id -> the gradient the tape returned for it, held (an eager loop that clips
         # drops the tape's list) until apply_gradients() or the next step
         self.tape_gradient_of: dict[int, Any] = {}
+        self.tapes_this_step = 0  # tape.gradient() calls since the step began, in any context
         self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of their settings
 
     # --- installation ---------------------------------------------------------------------
@@ -341,6 +343,7 @@ class KerasRecorder(Instrumentation):
         if len(self.tape_gradients) > 100_000:
             self.tape_gradients.clear()
             self.tape_gradient_of.clear()
+        self.tapes_this_step += 1
         grads = tf.nest.flatten(result)
         for grad in grads:
             if grad is not None:
@@ -350,8 +353,9 @@ class KerasRecorder(Instrumentation):
         variables = tf.nest.flatten(sources)
         if len(variables) == len(grads):  # (else a structure we cannot pair)
             for variable, grad in zip(variables, grads, strict=True):
-                if grad is not None:
-                    self.tape_gradient_of[id(variable)] = grad
+                if grad is not None:  # (a second one this step: which one was applied?)
+                    known = id(variable) in self.tape_gradient_of
+                    self.tape_gradient_of[id(variable)] = SEVERAL if known else grad
 
     def _from_tape(self, grad: Any) -> bool:
         ref = self.tape_gradients.get(id(grad))
@@ -401,24 +405,35 @@ class KerasRecorder(Instrumentation):
         ``tf.function`` an edited gradient gets a skipped record: see :data:`EDITED_IN_TRACE`."""
         if mode == EAGER and not self.session.begin_event():
             return
-        from_tape = bool(self.tape_gradients)  # (else they came from elsewhere: as before)
+        # A tape of this context (the traced function, or eager code) tells the tape's
+        # gradients from edited ones. Gradients from a tape of another context (computed in a
+        # tf.function, applied outside it) cannot be told apart: recorded as imported. With
+        # no tape seen this step they come from elsewhere: recorded as the backward's.
+        from_tape = any(
+            (grad := ref()) is not None and _in_context(grad, mode)
+            for ref in self.tape_gradients.values()
+        )
+        imported = not from_tape and self.tapes_this_step > 0
         edited: list[tuple[str, list[Any], bool]] = []
         for grad, variable in zip(grads, variables, strict=False):
             if grad is None:
                 continue
             name = self.var_name(variable)
-            if not from_tape or self._from_tape(grad):
+            if (not from_tape and not imported) or self._from_tape(grad):
                 self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, _parts(grad))
                 continue
             tape_grad = self.tape_gradient_of.pop(id(variable), None)
+            if tape_grad is SEVERAL or not _in_context(tape_grad, mode):
+                tape_grad = None  # (several tape.gradient() calls, or another context's)
             if tape_grad is not None:
                 self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, _parts(tape_grad))
             edited.append((name, _parts(grad), tape_grad is not None))
         for name, parts, tape_seen in edited:
-            if mode == GRAPH:
+            note = EDITED_GRADIENT if tape_seen else EDITED_AFTER_TAPE
+            note = IMPORTED_GRADIENT if imported else note
+            if mode == GRAPH and not all(_function_input(t) for t in parts):
                 self._record_unseen(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, EDITED_IN_TRACE)
-            else:
-                note = EDITED_GRADIENT if tape_seen else EDITED_AFTER_TAPE
+            else:  # (eager, or the traced function's own inputs: no graph op feeds them)
                 self.record(mode, Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, note)
 
     def _record_unseen(
@@ -591,6 +606,7 @@ class KerasRecorder(Instrumentation):
         self.eager_cache.clear()
         self.tape_gradients.clear()
         self.tape_gradient_of.clear()
+        self.tapes_this_step = 0
         for name, fingerprint in self.host_generators.fingerprints():
             session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
         for name, state in framework_generators():
@@ -608,6 +624,26 @@ class KerasRecorder(Instrumentation):
         return True
 
 
+SEVERAL = object()  # a variable's tape gradient when several tape.gradient() calls gave one
+
+
 def _parts(grad: Any) -> list[Any]:
     """A gradient's tensors: an ``IndexedSlices`` (an embedding's) as values and indices."""
     return [grad.values, grad.indices] if isinstance(grad, tf.IndexedSlices) else [grad]
+
+
+def _in_context(grad: Any, mode: str) -> bool:
+    """Whether a gradient belongs to the code being recorded: a tensor of the graph being
+    traced (``mode`` GRAPH), or an eager one."""
+    t = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+    if not isinstance(t, tf.Tensor):
+        return False
+    if mode != GRAPH:
+        return not tf.is_symbolic_tensor(t)
+    return tf.is_symbolic_tensor(t) and t.graph is tf.compat.v1.get_default_graph()
+
+
+def _function_input(t: Any) -> bool:
+    """A tensor the traced function receives (an argument or a captured value): reading it
+    adds a reader to no chain of graph ops that grappler could rewrite."""
+    return getattr(getattr(t, "op", None), "type", "") == "Placeholder"
