@@ -107,6 +107,15 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     else:
         late = divergence.facts.get("seen") == "late"
         divergence.origin_text = _origin_outside(kind, name, step, late)
+        earlier = _models_before(run, same_step, name) if kind == Kind.BATCH else []
+        if earlier and name not in LOSS_INPUTS:
+            divergence.facts["batch"] = "after_model"
+            divergence.origin_text = (
+                f"in the code that made {_code(name)}'s input, or in the data pipeline: "
+                f"{', '.join(map(_code, earlier))} ran before it in this step with matching "
+                "records, and its output may be what this model reads (a generator's output "
+                "passed to a discriminator, edited, detached or mixed with real data)"
+            )
         if kind == Kind.BATCH and _noted(run, row, EVAL_MODE):
             divergence.origin_text += (
                 f"; the model was in eval mode: an evaluation or validation pass, run after "
@@ -474,6 +483,20 @@ def _origin_outside(kind: Kind, name: str, step: int, late: bool = False) -> str
     if kind == Kind.BUFFER:
         return f"in the forward passes that update {_code(name)} (running statistics)"
     return f"between the previous probe and {_code(name)}"
+
+
+def _models_before(run: RunFile, rows: np.ndarray, name: str) -> list[str]:
+    """The other models (roots) whose batch was recorded in ``rows``, in call order.
+
+    A model's batch record names it; one called again later in the step is listed once."""
+    records = run.records
+    found: list[str] = []
+    for i in rows:
+        if records["kind"][i] == Kind.BATCH:
+            other = run.strings[records["name"][i]]
+            if other != name and other not in LOSS_INPUTS and other not in found:
+                found.append(other)
+    return found
 
 
 def _has(

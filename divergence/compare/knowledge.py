@@ -40,6 +40,7 @@ LIST_FIELDS = (
     "layouts",
     "seen",
     "gradients",
+    "batches",
 )
 COMPUTE_KINDS = (
     "output",
@@ -75,6 +76,7 @@ class Cause:
     layouts: tuple[str, ...] = ()  # what differs besides the bits: "shape", "dtype" or "same"
     seen: tuple[str, ...] = ()  # an init record's: "start", or "late" (after the first step)
     gradients: tuple[str, ...] = ()  # an update's gradient: "edited" and not fingerprinted
+    batches: tuple[str, ...] = ()  # a model's batch: "after_model" (another ran before it)
     holds_for: str = ""
 
     def applies(
@@ -100,6 +102,7 @@ class Cause:
             and _holds(self.layouts, facts.get("layout", ""))
             and _holds(self.seen, facts.get("seen", ""))
             and _holds(self.gradients, facts.get("gradient", ""))
+            and _holds(self.batches, facts.get("batch", ""))
         )
 
 

@@ -167,7 +167,7 @@ class KerasRecorder(Instrumentation):
             return
         for slot, t in enumerate(tensors):
             if not readable(t) or t.shape.rank > MAX_DIMS:
-                shape = tuple(d or 0 for d in t.shape) if t.shape.rank is not None else ()
+                shape = _static_shape(t)
                 if mode == EAGER:
                     s.add(phase, kind, name, Fingerprint.skip(t.dtype.name, shape, "unreadable"))
                 continue
@@ -444,7 +444,7 @@ class KerasRecorder(Instrumentation):
         if not self.session.wants(name):
             return
         for slot, t in enumerate(tensors):
-            shape = tuple(d or 0 for d in t.shape) if t.shape.rank is not None else ()
+            shape = _static_shape(t)
             spec = ProbeSpec(phase, kind, name, slot, dtype_name(t.dtype), 0, EVENT_UNSEEN)
             self.table.event(dataclasses.replace(spec, note=reason, shape=shape))
 
@@ -647,3 +647,8 @@ def _function_input(t: Any) -> bool:
     """A tensor the traced function receives (an argument or a captured value): reading it
     adds a reader to no chain of graph ops that grappler could rewrite."""
     return getattr(getattr(t, "op", None), "type", "") == "Placeholder"
+
+
+def _static_shape(t: Any) -> tuple[int, ...]:
+    """A traced tensor's shape as known at trace time, unknown dimensions 0."""
+    return tuple(d or 0 for d in t.shape) if t.shape.rank is not None else ()
