@@ -8,15 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.compare.engine import compare_runs
-from divergence.fingerprint import Algorithm
-from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import Kind, Phase
+from tests.unit.written_runs import fingerprint, new_session
 
 
 def write_run(path: Path, fake: int, generator_first: bool = True) -> Path:
-    session = Session(RecordConfig(output=str(path)), path)
-    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    session = new_session(path)
     session.begin_event()
     if generator_first:
         session.add(Phase.DATA, Kind.BATCH, "G", fingerprint(1))
@@ -25,10 +22,6 @@ def write_run(path: Path, fake: int, generator_first: bool = True) -> Path:
     session.optimizer_stepped()
     session.finish()
     return path
-
-
-def fingerprint(value: int) -> Fingerprint:
-    return Fingerprint(value, "float32", (4,), Algorithm.XXH3_64)
 
 
 def test_an_input_after_another_model_points_at_the_code_between(tmp_path: Path) -> None:

@@ -7,17 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.compare.engine import compare_runs
-from divergence.fingerprint import Algorithm
-from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import Kind, Phase
+from tests.unit.written_runs import fingerprint, new_session
 
 
 def write_run(path: Path, bucket_cap_mb: float, buckets: int) -> Path:
-    session = Session(RecordConfig(output=str(path)), path)
     ddp = {"bucket_cap_mb": bucket_cap_mb, "broadcast_buffers": True}
-    meta = {"framework": "torch", "env": {}, "distributed": {"ddp": ddp}}
-    session.metadata_providers.append(lambda: meta)
+    session = new_session(path, distributed={"ddp": ddp})
     session.begin_event()
     session.add(Phase.BACKWARD, Kind.PARAM_GRAD, "fc.weight", fingerprint(1))
     for index in range(buckets):
@@ -26,10 +22,6 @@ def write_run(path: Path, bucket_cap_mb: float, buckets: int) -> Path:
     session.optimizer_stepped()
     session.finish()
     return path
-
-
-def fingerprint(value: int) -> Fingerprint:
-    return Fingerprint(value, "float32", (4,), Algorithm.XXH3_64)
 
 
 def test_another_bucket_size_is_a_ddp_setting(tmp_path: Path) -> None:

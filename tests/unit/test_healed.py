@@ -8,19 +8,17 @@ import json
 from pathlib import Path
 
 from divergence.compare.engine import compare_runs
-from divergence.fingerprint import Algorithm
-from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Fingerprint
 from divergence.report.json_report import comparison_json
 from divergence.report.terminal import render_text
 from divergence.store.schema import Kind, Phase
+from tests.unit.written_runs import fingerprint, new_session
 
 
 def write_run(path: Path, initial: int, final: int) -> Path:
     """Three steps of one parameter: its initial value, then its value after each update
     (``final`` after the last one)."""
-    session = Session(RecordConfig(output=str(path)), path)
-    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    session = new_session(path)
     for step in range(3):
         session.begin_event()
         if step == 0:
@@ -30,10 +28,6 @@ def write_run(path: Path, initial: int, final: int) -> Path:
         session.optimizer_stepped()
     session.finish()
     return path
-
-
-def fingerprint(value: int) -> Fingerprint:
-    return Fingerprint(value, "float32", (4,), Algorithm.XXH3_64)
 
 
 def test_a_difference_that_did_not_last_says_so(tmp_path: Path) -> None:
@@ -60,8 +54,7 @@ def test_past_a_structure_divergence_the_final_parameters_are_compared_by_name(
     paths = []
     for name, extra in (("a", False), ("b", True)):
         path = tmp_path / name
-        session = Session(RecordConfig(output=str(path)), path)
-        session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+        session = new_session(path)
         for step in range(3):
             session.begin_event()
             output = 5 if (extra and step == 0) else 4  # (a value difference at step 0)
@@ -90,8 +83,7 @@ def test_skipped_parameters_are_not_counted_as_matching(tmp_path: Path) -> None:
     records in both runs: they are not "0 of 1 differ", nor a difference that did not last."""
     paths = []
     for name, value in (("a", 1), ("b", 2)):
-        session = Session(RecordConfig(output=str(tmp_path / name)), tmp_path / name)
-        session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+        session = new_session(tmp_path / name)
         for _ in range(2):
             session.begin_event()
             session.add(Phase.FORWARD, Kind.OUTPUT, "fc", fingerprint(value))
