@@ -429,8 +429,10 @@ class KerasRecorder(Instrumentation):
                 self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, _parts(tape_grad))
             edited.append((name, _parts(grad), tape_grad is not None))
         for name, parts, tape_seen in edited:
-            note = EDITED_GRADIENT if tape_seen else EDITED_AFTER_TAPE
-            note = IMPORTED_GRADIENT if imported else note
+            if imported:
+                note = IMPORTED_GRADIENT
+            else:
+                note = EDITED_GRADIENT if tape_seen else EDITED_AFTER_TAPE
             if mode == GRAPH and not all(_function_input(t) for t in parts):
                 self._record_unseen(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, EDITED_IN_TRACE)
             else:  # (eager, or the traced function's own inputs: no graph op feeds them)
@@ -635,7 +637,7 @@ def _parts(grad: Any) -> list[Any]:
 def _in_context(grad: Any, mode: str) -> bool:
     """Whether a gradient belongs to the code being recorded: a tensor of the graph being
     traced (``mode`` GRAPH), or an eager one."""
-    t = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+    t = _parts(grad)[0]
     if not isinstance(t, tf.Tensor):
         return False
     if mode != GRAPH:
