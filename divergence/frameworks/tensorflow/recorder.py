@@ -109,6 +109,10 @@ class KerasRecorder(Instrumentation):
         self.tape_gradient_of: dict[int, Any] = {}
         self.tapes_this_step = 0  # tape.gradient() calls since the step began, in any context
         self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of their settings
+        # layer name -> when its last call returned (a count): gradients are recorded in the
+        # reverse of that order, the order a backward pass computes them in
+        self.returned: dict[str, int] = {}
+        self.layer_calls = 0
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -251,6 +255,8 @@ class KerasRecorder(Instrumentation):
         self.record(mode, phase, kind, name, tensors_of((args, kwargs)))
 
     def leave(self, layer: Any, name: str, mode: str, outputs: Any) -> None:
+        self.layer_calls += 1
+        self.returned[name] = self.layer_calls
         self._record_init(layer, name)
         if mode == EAGER and not self.session.begin_event():
             return
@@ -415,10 +421,7 @@ class KerasRecorder(Instrumentation):
         )
         imported = not from_tape and self.tapes_this_step > 0
         edited: list[tuple[str, list[Any], bool]] = []
-        for grad, variable in zip(grads, variables, strict=False):
-            if grad is None:
-                continue
-            name = self.var_name(variable)
+        for grad, variable, name in self._backward_order(grads, variables):
             if (not from_tape and not imported) or self._from_tape(grad):
                 self.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, _parts(grad))
                 continue
@@ -437,6 +440,18 @@ class KerasRecorder(Instrumentation):
                 self._record_unseen(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, EDITED_IN_TRACE)
             else:  # (eager, or the traced function's own inputs: no graph op feeds them)
                 self.record(mode, Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, note)
+
+    def _backward_order(self, grads: list[Any], variables: list[Any]) -> list[tuple[Any, Any, str]]:
+        """``(gradient, variable, name)`` in the order a backward pass computes them: the
+        layer whose call returned last first (a Keras variable list is in forward order, and a
+        difference that starts in the backward of layer k reaches the layers before k only),
+        variables of layers not called since the recorder started last, in their own order."""
+        named = [
+            (grad, variable, self.var_name(variable))
+            for grad, variable in zip(grads, variables, strict=False)
+            if grad is not None
+        ]
+        return sorted(named, key=lambda item: -self.returned.get(item[2].rsplit(".", 1)[0], 0))
 
     def _record_unseen(
         self, phase: Phase, kind: Kind, name: str, tensors: list[Any], reason: str
