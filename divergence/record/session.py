@@ -17,7 +17,9 @@ every root forward, and are split into one step per forward at exit or after
 from __future__ import annotations
 
 import atexit
+import functools
 import json
+import multiprocessing.process
 import multiprocessing.util
 import os
 import sys
@@ -400,6 +402,9 @@ def activate(session: Session) -> Session:
     multiprocessing.util.register_after_fork(session, _finish_in_forked_process)
     if not getattr(sys.excepthook, "notes_uncaught", False):
         sys.excepthook = _noting_uncaught(sys.excepthook)
+    process_class = multiprocessing.process.BaseProcess
+    if not getattr(process_class.run, "notes_uncaught", False):
+        process_class.run = _noting_process_failure(process_class.run)  # type: ignore[method-assign,assignment]
     return session
 
 
@@ -408,12 +413,39 @@ def _noting_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
     process (compare then says a run ended inside a step, and why)."""
 
     def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> Any:
-        if _active is not None:
-            _active.uncaught = describe_exception(kind, value)
+        _note_uncaught(value)
         return previous(kind, value, tb)
 
     excepthook.notes_uncaught = True  # type: ignore[attr-defined]
     return excepthook
+
+
+def _noting_process_failure(run: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``multiprocessing`` ``Process.run`` that tells the active session which exception ends
+    a child process: the process's bootstrap catches it, so ``sys.excepthook`` never sees it.
+    ``torch.multiprocessing.spawn`` catches a worker's exception itself and calls
+    ``sys.exit(1)`` in its handler: the exception is then that ``SystemExit``'s context."""
+
+    @functools.wraps(run)
+    def noting_run(process: Any) -> None:
+        try:
+            run(process)
+        except SystemExit as exc:
+            failure = exc.__context__
+            if exc.code not in (0, None) and isinstance(failure, Exception):
+                _note_uncaught(failure)
+            raise
+        except BaseException as exc:
+            _note_uncaught(exc)
+            raise
+
+    noting_run.notes_uncaught = True  # type: ignore[attr-defined]
+    return noting_run
+
+
+def _note_uncaught(exc: BaseException) -> None:
+    if _active is not None:
+        _active.uncaught = describe_exception(type(exc), exc)
 
 
 def deactivate() -> None:

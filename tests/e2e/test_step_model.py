@@ -223,6 +223,23 @@ def test_a_run_that_raised_inside_a_step_ended_there(
     assert f"ended inside step {raise_at}, raising {failure}" in first["origin_text"]
 
 
+@pytest.mark.parametrize("launcher", ["torch", "multiprocessing"])
+def test_a_spawned_worker_that_raised_inside_a_step_ended_there(
+    tmp_path: Path, launcher: str
+) -> None:
+    """``torch.multiprocessing.spawn`` catches a worker's exception and exits it with status 1,
+    and multiprocessing's bootstrap catches any child's: ``sys.excepthook`` sees neither, and
+    the worker's file still names the exception and the step it ended in."""
+    out = tmp_path / "run"
+    script = str(SCRIPTS / "spawned_copies.py")
+    command = ("--", sys.executable, script, "--raise-at", "1", "--launcher", launcher)
+    result = run_cli("record", "-o", str(out), *command)
+    assert result.returncode == 1, result.stderr
+    files = sorted(out.glob("*.h5"), key=lambda path: RunFile.open(path).meta["process_index"])
+    ends = [(f.ended_inside_step, f.uncaught) for f in map(RunFile.open, files)]
+    assert ends == [(None, ""), (1, "RuntimeError: worker 1 failed at step 1")]
+
+
 STEP_RAISES = (
     "import torch\n"
     "torch.manual_seed(0)\n"
