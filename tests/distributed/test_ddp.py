@@ -51,6 +51,9 @@ RUNS = {  # name -> (command, expected exit status is zero)
     # a comm hook registered after the first forward, where the recorder took DDP's slot
     "late_hook": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--late-hook", "2"], True),
     "late_hook_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--late-hook", "2"], True),
+    # uneven inputs under DDP's Join: rank 1 runs out a step early and shadows rank 0's reduction
+    "uneven": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--uneven"], True),
+    "uneven_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--uneven"], True),
 }
 
 
@@ -127,12 +130,13 @@ def test_same_settings_twice_are_identical(runs: dict[str, Path]) -> None:
     assert "identical: rank0-rank1" in result.stdout
 
 
-@pytest.mark.parametrize("name", ["a", "three", "three_view", "late_hook"])
+@pytest.mark.parametrize("name", ["a", "three", "three_view", "late_hook", "uneven"])
 def test_recording_changes_no_bits(runs: dict[str, Path], name: str) -> None:
     """Also at 3 ranks, where torch's Python allreduce_hook (divide, then sum) differs from
     DDP's own reduction (multiply by 1/3 while copying into the bucket) in the last bits; and
     with a hook registered after the recorder took DDP's one slot, which then runs it. With
-    gradient_as_bucket_view the recorder leaves DDP's slot alone (and says so)."""
+    gradient_as_bucket_view the recorder leaves DDP's slot alone (and says so). Under Join the
+    rank that ran out reduces zero buckets through the same hook."""
     plain = "plain" if name == "a" else f"{name}_plain"
     assert _final_params(runs, name) == _final_params(runs, plain)
     meta = RunFile.open(runs[name] / "rank0.h5").meta["distributed"]
@@ -150,6 +154,20 @@ def test_a_comm_hook_registered_late_is_recorded_as_the_runs(runs: dict[str, Pat
     assert code == 1
     assert (first["step"], first["kind"], first["location"]) == (2, "collective_out", "ddp.bucket0")
     assert first["cause"] == "configuration" and "comm hook" in first["cause_text"]
+
+
+def test_uneven_inputs_under_join_keep_each_ranks_steps(runs: dict[str, Path]) -> None:
+    """Rank 0 trains 6 steps, rank 1 5 and then shadows rank 0's last reduction: that shows
+    as a last step of rank 1 with a bucket's reduction and no optimizer update."""
+    files = [RunFile.open(runs["uneven"] / f"rank{rank}.h5") for rank in (0, 1)]
+    for file, trained in zip(files, (6, 5), strict=True):
+        updates = file.records[file.records["kind"] == Kind.OPTIM_STATE]
+        assert len({int(r["step"]) for r in updates}) == trained
+    rank1 = files[1].records
+    last = rank1[rank1["step"] == rank1["step"].max()]
+    names = {(files[1].strings[r["name"]], Kind(r["kind"]).label) for r in last}
+    assert ("ddp.bucket0", "collective_in") in names
+    assert not any(r["kind"] == Kind.OPTIM_STATE for r in last)
 
 
 def test_local_divergence_on_rank1_is_followed_by_rank0(runs: dict[str, Path]) -> None:

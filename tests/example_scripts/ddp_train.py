@@ -14,12 +14,16 @@ Perturbation flags (off by default; without them two runs are bit-identical):
   --unseeded-data              the DistributedSampler shuffle seed comes from os.urandom
   --late-hook K                register DDP's fp16_compress_hook before step K's forward
   --bucket-view                DDP(gradient_as_bucket_view=True), gradients kept (zero_grad to 0)
+  --uneven                     rank r takes world_size - 1 - r more steps, inside DDP's Join
+                               (ranks that ran out shadow the others' reductions; no other
+                               collectives in the loop)
 Also: --steps N, --threads N.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import random
@@ -31,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -48,6 +53,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--unseeded-data", action="store_true")
     p.add_argument("--late-hook", type=int, default=None)
     p.add_argument("--bucket-view", action="store_true")
+    p.add_argument("--uneven", action="store_true")
     return p.parse_args(argv)
 
 
@@ -88,16 +94,36 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     scale = torch.tensor([1.0 if rank == 0 else 0.0])
     dist.broadcast(scale, src=0)
     batches = epochs(loader, sampler)
-    for step in range(args.steps):
-        x, y = next(batches)
-        if step == args.late_hook:
-            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        out = ddp(x)
-        if rank == args.flip_rank and step == args.flip_step:
-            out = flip_bit(out)
-        loss = nn.functional.mse_loss(out, y) * scale
-        optimizer.zero_grad(set_to_none=not args.bucket_view)
-        loss.backward()
+    steps = args.steps + (world_size - 1 - rank if args.uneven else 0)
+    with Join([ddp]) if args.uneven else contextlib.nullcontext():
+        for step in range(steps):
+            train_step(rank, step, ddp, optimizer, next(batches), scale, args)
+    if rank == 0:
+        digest = hashlib.sha256()
+        for p in model.parameters():
+            digest.update(p.detach().numpy().tobytes())
+        print(f"final-params {digest.hexdigest()}", flush=True)
+
+
+def train_step(
+    rank: int,
+    step: int,
+    ddp: DistributedDataParallel,
+    optimizer: torch.optim.Optimizer,
+    batch: list[torch.Tensor],
+    scale: torch.Tensor,
+    args: argparse.Namespace,
+) -> None:
+    x, y = batch
+    if step == args.late_hook:
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    out = ddp(x)
+    if rank == args.flip_rank and step == args.flip_step:
+        out = flip_bit(out)
+    loss = nn.functional.mse_loss(out, y) * scale
+    optimizer.zero_grad(set_to_none=not args.bucket_view)
+    loss.backward()
+    if not args.uneven:  # (a rank that ran out would not take part: only DDP's are shadowed)
         logged = loss.detach().clone()
         dist.all_reduce(logged, async_op=True).wait()  # the mean loss, for logging
         # per-rank statistics, gathered and scattered back (exercises the other collectives)
@@ -106,14 +132,9 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
         dist.all_gather(gathered, stats)
         dist.reduce_scatter(torch.zeros_like(stats), gathered)
         dist.reduce(stats.clone(), dst=0)  # (the sum is only rank 0's)
-        optimizer.step()
-        if rank == args.kill_rank and step == args.kill_step:
-            os.kill(os.getpid(), signal.SIGKILL)
-    if rank == 0:
-        digest = hashlib.sha256()
-        for p in model.parameters():
-            digest.update(p.detach().numpy().tobytes())
-        print(f"final-params {digest.hexdigest()}", flush=True)
+    optimizer.step()
+    if rank == args.kill_rank and step == args.kill_step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def finish() -> None:
