@@ -49,7 +49,10 @@ STRUCTURE: list[Change] = [(-1, "structure", Kind.INVALID)]  # B takes another c
 # case -> (meta of A, meta of B, the records B changes)
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any], list[Change]]] = {
     "environment": (CPU, {**CPU, "versions": {"torch": "2.12.0"}}, [(1, ADD, Kind.OP_OUTPUT)]),
-    "initialisation": (CPU, CPU, [(0, "emb.weight", Kind.PARAM)]),
+    # built from another random state: a generator state differs at the first step
+    "initialisation": (CPU, CPU, [(0, "emb.weight", Kind.PARAM), (0, "torch.cpu", Kind.RNG_STATE)]),
+    # the same seeds and generator states: weights that came from elsewhere (a checkpoint)
+    "initialisation_loaded": (CPU, CPU, [(0, "emb.weight", Kind.PARAM)]),
     "rng": (CPU, CPU, [(1, "torch.cpu", Kind.RNG_STATE), (1, ADD, Kind.OP_OUTPUT)]),
     "data": (CPU, CPU, [(1, "dataloader", Kind.BATCH)]),
     "compute_atomics": (CUDA, CUDA, [(1, ADD, Kind.OP_OUTPUT)]),
@@ -112,6 +115,7 @@ def test_cause_report_matches_golden(case: str, tmp_path: Path) -> None:
 EXPECTED = {
     "environment": "environment",
     "initialisation": "initialisation",
+    "initialisation_loaded": "initialisation",
     "rng": "rng",
     "data": "data",
     "compute_atomics": "compute",

@@ -68,6 +68,42 @@ def refuse_different_programs(a: RunFile, b: RunFile) -> None:
             f"{b.path} a {b.meta.get('framework')} run",
             hint="compare runs of the same framework",
         )
+    options = recording_differences(a.meta, b.meta)
+    if options:
+        raise IncomparableRunsError(
+            f"{a.path} and {b.path} were recorded with different options ({options}): they "
+            "hold different records",
+            hint="record both runs with the same --steps, --include, --exclude and "
+            "--granularity (the --dump options may differ)",
+        )
+
+
+SELECTING_OPTIONS = ("steps", "include", "exclude", "granularity")
+
+
+def recording_differences(meta_a: dict[str, object], meta_b: dict[str, object]) -> str:
+    """The recorder options that select records and differ between two runs, as text.
+
+    >>> a = {"record_config": {"steps": "0:", "include": [], "dump": False}}
+    >>> b = {"record_config": {"steps": "3:6", "include": [], "dump": True}}
+    >>> recording_differences(a, b)
+    '--steps 0: vs 3:6'
+    """
+    config_a, config_b = meta_a.get("record_config"), meta_b.get("record_config")
+    if not isinstance(config_a, dict) or not isinstance(config_b, dict):
+        return ""  # (a damaged metadata: the record comparison shows the rest)
+    differing = []
+    for option in SELECTING_OPTIONS:
+        value_a, value_b = config_a.get(option), config_b.get(option)
+        if value_a != value_b:
+            differing.append(f"--{option} {_option_text(value_a)} vs {_option_text(value_b)}")
+    return "; ".join(differing)
+
+
+def _option_text(value: object) -> str:
+    if isinstance(value, list):
+        return " ".join(map(str, value)) if value else "(none)"
+    return str(value)
 
 
 def _script(meta: dict[str, object]) -> str:
@@ -328,23 +364,37 @@ def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:
 
 
 def _ended_inside_step(key: str, a: RunFile, b: RunFile, row: int) -> Divergence | None:
-    """A length divergence where the records part because one process raised inside a step:
-    its records of that step end (at ``row``) where the other run's go on."""
+    """A length divergence where the records part because one process stopped inside a step:
+    its records of that step end (at ``row``) where the other run's go on. It raised there, or
+    its last step ended early (a fit stopped by EarlyStopping after a validation pass that the
+    other run followed with a training step)."""
     for file, which, other in ((a, "A", b), (b, "B", a)):
         step = file.ended_inside_step
         records = file.records
-        if step is None or records["kind"][row] != Kind.STEP_END or records["step"][row] != step:
+        if records["kind"][row] != Kind.STEP_END:
             continue
         at = probe_at(other, row)
-        raised = file.uncaught if len(file.uncaught) <= 100 else file.uncaught[:97] + "..."
+        if step is not None and records["step"][row] == step:
+            raised = _raised(file)
+            origin = f"run {which} ended inside step {step}, raising {raised}, before"
+        elif row == records.size - 1 and other.steps_complete > file.steps_complete:
+            step = int(records["step"][row])
+            origin = f"run {which}'s last step, {step}, ends{_raised(file, ', raising ')} before"
+        else:
+            continue
         divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
         divergence.origin_text = (
-            f"run {which} ended inside step {step}, raising {raised}, before its "
-            f"{at.label} ({at.phase}) that the other run recorded next; every record before "
-            "matched"
+            f"{origin} the {at.label} ({at.phase}) that the other run recorded next; every "
+            "record before matched"
         )
         return divergence
     return None
+
+
+def _raised(file: RunFile, prefix: str = "") -> str:
+    """The exception that ended the process, shortened, after ``prefix``; "" if none."""
+    raised = file.uncaught if len(file.uncaught) <= 100 else file.uncaught[:97] + "..."
+    return f"{prefix}{raised}" if raised else ""
 
 
 def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
@@ -382,6 +432,13 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             f"optimizer step (seen {written_when(probe.phase, probe.step)}); the other run did "
             "not"
         )
+    if probe.kind == Kind.OPTIM_STATE.label and probe.phase == Phase.INIT.label:
+        return (
+            f"run {which}'s optimizer held state for `{probe.name.split('/')[0]}` before its "
+            f"first step (step {probe.step}): loaded with optimizer.load_state_dict from a "
+            "checkpoint, or kept from steps before recording began; the other run's optimizer "
+            "started empty"
+        )
     if probe.kind == Kind.BATCH.label and probe.name == SAMPLE_WEIGHT:
         return (
             f"run {which} weighted its loss (sample_weight= or class_weight= of fit); the "
@@ -400,7 +457,8 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
     divergence.origin_text = (
         f"run {which} ends after {shorter.steps_complete} complete steps"
-        f"{'' if shorter.complete else ' and was not closed (killed or crashed)'}; "
+        f"{'' if shorter.complete else ' and was not closed (killed or crashed)'}"
+        f"{_raised(shorter, ', raising ')}; "
         f"the other run has {longer.steps_complete}; all {common:,} common records match"
     )
     return divergence

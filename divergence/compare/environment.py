@@ -84,6 +84,10 @@ def _seed_call(call: Any) -> str:
     if not isinstance(call, dict):
         return str(call)
     step = f" at step {call['step']}" if call.get("step") is not None else ""
+    if call.get("entropy") and call.get("state"):  # a seed the OS gave: the state it left
+        return f"{call.get('call')}() from OS entropy (state {call['state']}){step}"
+    if call.get("entropy"):  # (the seed it drew)
+        return f"{call.get('call')}() drew {call.get('seed')} from OS entropy{step}"
     return f"{call.get('call')}({call.get('seed')}){step}"
 
 

@@ -23,7 +23,7 @@ from divergence.store.schema import (
     BEFORE_PRE_HOOKS,
     EDITED_AFTER_TAPE,
     EDITED_IN_TRACE,
-    EVAL_MODE,
+    EVAL_NOTES,
     IMPORTED_GRADIENT,
     LOSS_INPUTS,
     TARGETS,
@@ -37,13 +37,36 @@ from divergence.store.schema import (
 
 def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     records = run.records
-    kind, name, step = Kind(records["kind"][row]), divergence.location, divergence.step
+    kind, step = Kind(records["kind"][row]), divergence.step
     same_step = np.flatnonzero(records["step"][:row] == step)
     previous = _describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
     divergence.facts.update(_run_facts(run.meta))
     divergence.facts["layout"] = _layout(divergence)
     if divergence.phase == Phase.INIT.label:
         divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
+    _explain_kind(divergence, run, row, same_step, previous)
+    weights_read = kind == Kind.OUTPUT or (
+        kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label
+    )
+    if divergence.origin and divergence.facts["framework"] == "tensorflow" and weights_read:
+        divergence.origin_text += KERAS_UNSEEN_WRITES
+
+
+# Keras runs record a variable at its layer's first call and after each update only
+KERAS_UNSEEN_WRITES = (
+    "; unless a weight it reads was written outside the optimizer since its last record "
+    "(assign() or set_weights() in a callback or the training code), which Keras runs do not "
+    "record"
+)
+
+
+def _explain_kind(
+    divergence: Divergence, run: RunFile, row: int, same_step: np.ndarray, previous: str
+) -> None:
+    """The origin, by the kind of the first differing record (``previous``: the record
+    before it in its step, described)."""
+    records = run.records
+    kind, name, step = Kind(records["kind"][row]), divergence.location, divergence.step
     if kind in (Kind.OP_OUTPUT, Kind.OP_INPUT):
         explain_op(divergence, run, row)
     elif kind in (Kind.OUTPUT, Kind.INPUT):
@@ -116,11 +139,32 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
                 "records, and its output may be what this model reads (a generator's output "
                 "passed to a discriminator, edited, detached or mixed with real data)"
             )
-        if kind == Kind.BATCH and _noted(run, row, EVAL_MODE):
-            divergence.origin_text += (
-                f"; the model was in eval mode: an evaluation or validation pass, run after "
-                f"step {step - 1}'s optimizer.step() if it came before this step's training"
-            )
+        if kind == Kind.BATCH:
+            _explain_evaluation_batch(divergence)
+
+
+def _explain_evaluation_batch(divergence: Divergence) -> None:
+    """A model's batch where a run's model was in eval mode (torch) or called for inference
+    (Keras): an evaluation pass, in both runs (their data differ) or in one only (it lines up
+    with the other run's training batch)."""
+    evaluating = [p is not None and note_parts(p.note)[1] in EVAL_NOTES for p in (
+        divergence.a, divergence.b
+    )]  # fmt: skip
+    if all(evaluating):
+        divergence.facts["batch"] = "evaluation"
+        divergence.origin_text += (
+            f"; the model was in eval mode in both runs: an evaluation or validation pass, run "
+            f"after step {divergence.step - 1}'s optimizer step if it came before this step's "
+            "training"
+        )
+    elif any(evaluating):
+        which, other = ("A", "B") if evaluating[0] else ("B", "A")
+        divergence.facts["batch"] = "evaluation_in_one_run"
+        divergence.origin_text += (
+            f"; run {which}'s model was in eval mode (an evaluation or validation pass) where "
+            f"run {other}'s was training: an evaluation that runs in one run only, or at "
+            "another point, lines up with the other run's training batch"
+        )
 
 
 def _explain_update_of_unseen_gradient(divergence: Divergence, param: str, tape_seen: bool) -> None:
@@ -236,6 +280,7 @@ def _explain_output(
         divergence.origin_text = f"between {previous} and this output (its inputs were not probed)"
         return
     call_start = inputs[-1]
+    call_inputs = _last_call(inputs)
     children = [
         int(i)
         for i in same_step
@@ -244,7 +289,7 @@ def _explain_output(
         and run.strings[records["name"][i]].startswith(name + ".")
     ]
     divergence.origin = True
-    divergence.matched_inputs = [_describe(run, i) for i in inputs if i >= call_start - 8]
+    divergence.matched_inputs = [_describe(run, i) for i in call_inputs]
     if _has(run, same_step[same_step > call_start], Kind.COMPILED, name):
         divergence.origin_text = (
             f"inside the torch.compile region {_code(name)}: its inputs matched; the modules "
@@ -257,8 +302,20 @@ def _explain_output(
         )
     else:
         divergence.origin_text = f"inside {_code(name)}'s forward: its inputs matched"
-    noted = [i for i in inputs if i >= call_start - 8 and _noted(run, i, BEFORE_PRE_HOOKS)]
+    noted = [i for i in call_inputs if _noted(run, i, BEFORE_PRE_HOOKS)]
     divergence.origin_text += _hooks_after(run, noted[0]) if noted else ""
+
+
+def _last_call(inputs: list[int]) -> list[int]:
+    """The rows of the last call's inputs: a call records its inputs on consecutive rows.
+
+    >>> _last_call([3, 10, 11, 12])
+    [10, 11, 12]
+    """
+    start = len(inputs) - 1
+    while start > 0 and inputs[start - 1] == inputs[start] - 1:
+        start -= 1
+    return inputs[start:]
 
 
 def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np.ndarray) -> None:
@@ -472,6 +529,12 @@ def _origin_outside(kind: Kind, name: str, step: int, late: bool = False) -> str
         return "before training: the initial parameters differ"
     if kind == Kind.RNG_STATE:
         return f"before step {step} started: the {name} generator state differs"
+    if kind == Kind.OPTIM_STATE:
+        return (
+            f"before the first optimizer step recorded: the state the optimizer held for "
+            f"{_code(name.split('/')[0])} differs (loaded with optimizer.load_state_dict from "
+            "a checkpoint, or kept from steps before recording began)"
+        )
     if kind == Kind.BATCH and name in LOSS_INPUTS:
         what = "targets (labels)" if name == TARGETS else "sample weights (or class weights)"
         return (
@@ -567,6 +630,8 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     nothing matched."""
     keys = [e.key for e in environment]
     keys += [f"rng.{evidence.split(' ')[0]}" for evidence in divergence.rng_evidence]
+    seeded_alike = not any(key == "seeds" or key.startswith("rng.") for key in keys)
+    divergence.facts["generators"] = "matched" if seeded_alike else "differed"
     conditions = (divergence.reason, divergence.kind, divergence.location, keys, divergence.phase)
     cause = match_cause(*conditions, facts=divergence.facts)
     divergence.evidence = _evidence(divergence, environment, cause)
@@ -615,7 +680,8 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
         )
         lines.append(f"parameter `{d.location}` differs {when}")
     elif d.kind == "batch" and d.reason == "value":
-        evaluation = " (the model was in eval mode)" if d.a and d.a.note == EVAL_MODE else ""
+        evaluating = d.a is not None and note_parts(d.a.note)[1] in EVAL_NOTES
+        evaluation = " (the model was in eval mode)" if evaluating else ""
         lines.append(
             f"the batch `{d.location}` differs at {where}{evaluation}; every record before it "
             "matched"

@@ -41,6 +41,7 @@ LIST_FIELDS = (
     "seen",
     "gradients",
     "batches",
+    "generators",
 )
 COMPUTE_KINDS = (
     "output",
@@ -77,6 +78,7 @@ class Cause:
     seen: tuple[str, ...] = ()  # an init record's: "start", or "late" (after the first step)
     gradients: tuple[str, ...] = ()  # an update's gradient: "edited" and not fingerprinted
     batches: tuple[str, ...] = ()  # a model's batch: "after_model" (another ran before it)
+    generators: tuple[str, ...] = ()  # "matched": same seed calls, no generator state differed
     holds_for: str = ""
 
     def applies(
@@ -103,6 +105,7 @@ class Cause:
             and _holds(self.seen, facts.get("seen", ""))
             and _holds(self.gradients, facts.get("gradient", ""))
             and _holds(self.batches, facts.get("batch", ""))
+            and _holds(self.generators, facts.get("generators", ""))
         )
 
 

@@ -36,7 +36,7 @@ class Probe:
         record and the recorder noted the key."""
         key = note_parts(self.note)[0]
         what = f"{self.kind.replace('_', ' ')}{f' {self.slot}' if self.slot else ''}"
-        return f"{what}{f' ({key})' if key else ''} of {self.name}"
+        return f"{what}{f' ({key})' if key else ''}{f' of {self.name}' if self.name else ''}"
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: the fingerprint as 16 hex digits, the shape as a list."""

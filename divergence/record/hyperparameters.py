@@ -1,11 +1,14 @@
 """One fingerprint for an optimizer param group's settings (framework-free), with the text the
 report shows and compare reads back to name the settings that differ.
 
-The text is ``key=value`` joined by ``"; "``, every key but ``params`` in the group's order;
-a value is written as ``repr`` for numbers, strings and None (tuples and lists of them alike),
-sorted for a set, and by type and name for anything else (a function: never its address). The
-fingerprint hashes that text and the raw bits of every float in it (``repr`` is exact for
-floats but writes every NaN as ``nan``).
+The text is ``key=value`` joined by ``"; "``, every key but ``params`` and ``initial_lr`` in
+the group's order; a value is written as ``repr`` for numbers, strings and None (tuples and lists
+of them alike), sorted for a set, and by type and name for anything else (a function: never its
+address). The fingerprint hashes that text, with every int written as the float it equals, and
+the raw bits of every float in it (``repr`` is exact for floats but writes every NaN as ``nan``):
+``weight_decay=0`` from a default and ``0.0`` from a config file compute the same update.
+``initial_lr`` is what an LR scheduler set when it was built: the ``lr`` it sets is recorded at
+every step, and a scheduler present in one run shows there, where it changes the learning rate.
 
 >>> settings = GroupSettings()
 >>> fingerprint, text = settings({"params": [], "lr": 0.1, "betas": (0.9, 0.999), "foreach": None})
@@ -18,6 +21,11 @@ False
 >>> def keep(name): return True
 >>> settings({"filter": keep, "tags": {"b", "a"}})[1]
 "filter=<function keep>; tags={'a', 'b'}"
+>>> scheduled = {"lr": 0.1, "betas": (0.9, 0.999), "foreach": None, "initial_lr": 1.0}
+>>> settings(scheduled)[0] == fingerprint
+True
+>>> settings({"weight_decay": 0})[0] == settings({"weight_decay": 0.0})[0]
+True
 >>> differing_settings("lr=0.1; momentum=0.9", "lr=0.2; momentum=0.9")
 [('lr', '0.1', '0.2')]
 """
@@ -33,6 +41,7 @@ from divergence.record.session import Fingerprint
 SEPARATOR = "; "
 CACHE_LIMIT = 1024  # a scheduler makes new settings every step
 SEED = header_seed("settings", ())
+NOT_SETTINGS = frozenset({"params", "initial_lr"})
 
 
 class GroupSettings:
@@ -54,7 +63,9 @@ class GroupSettings:
         self._tensor_text = tensor_text
 
     def __call__(self, group: Mapping[str, object]) -> tuple[Fingerprint, str]:
-        items = tuple((key, type(value), value) for key, value in group.items() if key != "params")
+        items = tuple(
+            (key, type(value), value) for key, value in group.items() if key not in NOT_SETTINGS
+        )
         try:
             known = self._known.get(items)
         except TypeError:  # a value that cannot be hashed (a set, a dict): not remembered
@@ -73,34 +84,51 @@ class GroupSettings:
         """((fingerprint, text), whether no tensor was met)."""
         bits: list[bytes] = []
         tensors = [0]
-        parts = [f"{key}={self._write(value, bits, tensors, 0)}" for key, _, value in items]
-        text = SEPARATOR.join(parts)
-        value = fingerprint_buffer(text.encode() + b"".join(bits), SEED)
+        written = [(key, self._write(value, bits, tensors, 0)) for key, _, value in items]
+        text = SEPARATOR.join(f"{key}={shown}" for key, (shown, _) in written)
+        hashed = SEPARATOR.join(f"{key}={canonical}" for key, (_, canonical) in written)
+        value = fingerprint_buffer(hashed.encode() + b"".join(bits), SEED)
         fingerprint = Fingerprint(value, "settings", (len(items),), Algorithm.XXH3_64)
         return (fingerprint, text), not tensors[0]
 
-    def _write(self, value: object, bits: list[bytes], tensors: list[int], depth: int) -> str:
-        """``value`` as text that is the same in every run (no addresses, sets sorted); its
-        floats' bits and its tensors' fingerprints go to ``bits``."""
+    def _write(
+        self, value: object, bits: list[bytes], tensors: list[int], depth: int
+    ) -> tuple[str, str]:
+        """``value`` as text that is the same in every run (no addresses, sets sorted), and as
+        the text that is hashed (ints as the floats they equal); its floats' bits and its
+        tensors' fingerprints go to ``bits``."""
         if self._tensor_type is not None and isinstance(value, self._tensor_type):
             assert self._tensor_print is not None and self._tensor_text is not None
             tensors[0] += 1
             bits.append(struct.pack("<Q", self._tensor_print(value)))
-            return self._tensor_text(value) or "tensor"
+            text = self._tensor_text(value) or "tensor"
+            return text, text
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
+            value = float(value)  # (exact below 2**53)
+            bits.append(struct.pack("<d", value))
+            return repr(int(value)), repr(value)
         if isinstance(value, float):
             bits.append(struct.pack("<d", value))
-            return repr(value)
+            return repr(value), repr(value)
         if value is None or isinstance(value, (bool, int, str)):
-            return repr(value)
+            return repr(value), repr(value)
         if isinstance(value, (tuple, list, set, frozenset)) and depth < 4:
-            texts = [self._write(item, bits, tensors, depth + 1) for item in value]
-            if isinstance(value, (set, frozenset)):
-                return "{" + ", ".join(sorted(texts)) + "}"
-            one = "," if isinstance(value, tuple) and len(texts) == 1 else ""
-            inner = ", ".join(texts) + one
-            return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+            written = [self._write(item, bits, tensors, depth + 1) for item in value]
+            return _sequence(value, [w[0] for w in written]), _sequence(
+                value, [w[1] for w in written]
+            )
         name = getattr(value, "__qualname__", "")  # a function: its name, never its address
-        return f"<{type(value).__name__}{' ' + name if name else ''}>"
+        text = f"<{type(value).__name__}{' ' + name if name else ''}>"
+        return text, text
+
+
+def _sequence(value: object, texts: list[str]) -> str:
+    """A tuple, list or set written from its items' texts (a set's sorted)."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(texts)) + "}"
+    one = "," if isinstance(value, tuple) and len(texts) == 1 else ""
+    inner = ", ".join(texts) + one
+    return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
 
 
 def differing_settings(text_a: str, text_b: str) -> list[tuple[str, str, str]]:

@@ -58,6 +58,19 @@ def _fingerprints(
     ]
 
 
+def state_after_seed(call: str) -> str:
+    """The fingerprint of the state ``random.seed()`` or ``numpy.random.seed()`` (``call``)
+    left, as 16 hex digits: recorded for a call without a seed, which takes one from the OS.
+
+    >>> random.seed(0); state_after_seed("random.seed")
+    '6f87d17475ee6122'
+    """
+    name = "numpy.random" if call.startswith("numpy") else "python.random"
+    value = dict(host_rng_fingerprints())[name].value
+    assert isinstance(value, int)
+    return f"{value:016x}"
+
+
 MT_STATE_BYTES = 624 * 4 + 4  # 624 uint32 words and an int position, in either order
 
 

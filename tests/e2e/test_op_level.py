@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTS, Recorder, assert_repeats_and_keeps_its_bits, compare_json
+from tests.conftest import ROOT, SCRIPTS, Recorder, assert_repeats_and_keeps_its_bits, compare_json
 
 OP = ("--granularity", "op")
 
@@ -36,17 +36,19 @@ def test_op_level_recording_does_not_change_the_bits(record: Recorder, tmp_path:
         assert torch.equal(state_a[key].view(torch.int32), state_b[key].view(torch.int32)), key
 
 
-def test_thread_count_divergence_is_found_at_the_addmm(record: Recorder) -> None:
-    """1 vs 2 threads, Linear(1024, 1024), batch 32: the forward GEMM of block.fc differs."""
-    args = ("--hidden", "1024", "--steps", "1")
+def test_thread_count_divergence_is_found_at_an_op(record: Recorder) -> None:
+    """1 vs 2 threads, the sample CNN: one aten op gives other bits from matching inputs. Which
+    one depends on the CPU and its BLAS (a Linear's GEMM on one machine, a conv's weight
+    gradient on another), so it is not pinned."""
+    train = str(ROOT / "sample_runs" / "train.py")
     options = (*OP, "--steps", "0:1")
-    a = record("mlp.py", *args, "--threads", "1", options=options)
-    b = record("mlp.py", *args, "--threads", "2", options=options)
+    a = record(train, "--steps", "1", "--threads", "1", options=options)
+    b = record(train, "--steps", "1", "--threads", "2", options=options)
     code, report = compare_json(a, b)
     first = report["first_divergence"]
     assert code == 1
-    assert (first["step"], first["phase"], first["kind"]) == (0, "forward", "op_output")
-    assert first["location"] == "block.fc/aten.addmm.default" and first["slot"] == 0
+    assert (first["step"], first["kind"]) == (0, "op_output")
+    assert "/aten." in first["location"] and first["phase"] in ("forward", "backward")
     assert first["origin"] is True and "its inputs matched" in first["origin_text"]
     assert first["cause"] == "environment" and "thread count" in first["cause_text"]
 

@@ -17,10 +17,12 @@ from divergence.store.writer import RunFileWriter
 META = {"argv": ["train.py"], "framework": "torch"}
 
 
-def write_run(directory: Path, algo: Algorithm) -> Path:
+def write_run(directory: Path, algo: Algorithm, **record_config: object) -> Path:
     """One step of two records, both fingerprinted with ``algo``."""
     directory.mkdir()
-    writer = RunFileWriter.create(directory / "pid1.h5", META)
+    config = {"steps": "0:", "include": [], "exclude": [], "granularity": "module", "dump": False}
+    meta = {**META, "record_config": config | record_config}
+    writer = RunFileWriter.create(directory / "pid1.h5", meta)
     block = np.zeros(2, dtype=RECORD_DTYPE)
     block["phase"], block["kind"] = Phase.FORWARD, Kind.OUTPUT
     block["name"], block["dtype"], block["fp"], block["algo"] = 1, 2, [11, 12], algo
@@ -45,4 +47,31 @@ def test_runs_fingerprinted_with_different_algorithms_are_refused(
 def test_the_same_algorithm_compares(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a", Algorithm.XXH3_64)
     b = write_run(tmp_path / "b", Algorithm.XXH3_64)
+    assert compare_runs(a, b).identical
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"steps": "3:6"}, "--steps 0: vs 3:6"),
+        ({"exclude": ["1*"]}, "--exclude (none) vs 1*"),
+        ({"granularity": "op"}, "--granularity module vs op"),
+    ],
+)
+def test_runs_recorded_with_other_selecting_options_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: dict[str, object], says: str
+) -> None:
+    """Other --steps, --include, --exclude or --granularity record other rows: compared row by
+    row they would look like another code path or a shorter run."""
+    a = write_run(tmp_path / "a", Algorithm.XXH3_64)
+    b = write_run(tmp_path / "b", Algorithm.XXH3_64, **options)
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"recorded with different options ({says})" in err[0]
+    assert "hint: record both runs with the same --steps" in err[0]
+
+
+def test_runs_with_other_dump_options_compare(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", Algorithm.XXH3_64)
+    b = write_run(tmp_path / "b", Algorithm.XXH3_64, dump=True)
     assert compare_runs(a, b).identical

@@ -71,6 +71,7 @@ from divergence.store.schema import (
     EDITED_GRADIENT,
     EDITED_IN_TRACE,
     IMPORTED_GRADIENT,
+    INFERENCE_CALL,
     LOSS_INPUTS,
     MAX_DIMS,
     Kind,
@@ -252,7 +253,11 @@ class KerasRecorder(Instrumentation):
         if mode == EAGER and not s.begin_event():
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if root else (Phase.FORWARD, Kind.INPUT)
-        self.record(mode, phase, kind, name, tensors_of((args, kwargs)))
+        # (training=None is inference for Keras' layers; a tensor flag is not known here)
+        training = kwargs.get("training")
+        inference = root and (training is None or training is False)
+        note = INFERENCE_CALL if inference else ""
+        self.record(mode, phase, kind, name, tensors_of((args, kwargs)), note)
 
     def leave(self, layer: Any, name: str, mode: str, outputs: Any) -> None:
         self.layer_calls += 1

@@ -54,7 +54,7 @@ from divergence.frameworks.torch.outputs import keyed_tensors, tensors_of
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.labels import ClassLabels
-from divergence.record.rng import HostGenerators
+from divergence.record.rng import HostGenerators, state_after_seed
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import (
     BARE_TENSOR,
@@ -103,6 +103,7 @@ class TorchRecorder(Instrumentation):
         self.stack: list[str] = []
         self.cache = FingerprintCache()
         self.stepped_this_step: set[int] = set()
+        self.optimizers_seen: set[int] = set()  # (their state before the first step: recorded)
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -132,6 +133,7 @@ class TorchRecorder(Instrumentation):
             self.patch(torch.jit, name, self._wrap_jit_trace)
         self.patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
         self.patch(torch, "manual_seed", functools.partial(self._wrap_seed, "torch.manual_seed"))
+        self.patch(torch, "seed", functools.partial(self._wrap_seed, "torch.seed"))
         self.patch(random, "seed", functools.partial(self._wrap_seed, "random.seed"))
         self.patch(np.random, "seed", functools.partial(self._wrap_seed, "numpy.random.seed"))
         self.register(
@@ -424,6 +426,9 @@ class TorchRecorder(Instrumentation):
         stepped = self._stepped_parameters(optimizer)
         for name, param in stepped:
             self._add_if_written(Phase.BACKWARD, name, param, s.begin_optimizer_event)
+        if id(optimizer) not in self.optimizers_seen:
+            self.optimizers_seen.add(id(optimizer))
+            self._add_state_held(optimizer, stepped)
         for name, param in stepped:  # (an event of the step this update belongs to: LBFGS
             # reads the gradients of the closure it calls, not these, left by the last step)
             grad = param.grad
@@ -432,6 +437,20 @@ class TorchRecorder(Instrumentation):
                     continue
                 self._add(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, grad)
                 self.params.grad_recorded(param)
+
+    def _add_state_held(
+        self, optimizer: torch.optim.Optimizer, stepped: list[tuple[str, torch.Tensor]]
+    ) -> None:
+        """The state an optimizer holds before the first step the recorder sees (loaded with
+        ``load_state_dict`` from a checkpoint, or kept from steps before recording began): an
+        input of the update, as the initial parameters are. A fresh optimizer holds none
+        (torch's fill theirs in the first step; Adagrad's constructor fills its own)."""
+        s = self.session
+        for name, param in stepped:
+            for key, value in sorted(optimizer.state.get(param, {}).items(), key=_by_key):
+                slot = self._state_label(name, key)
+                if isinstance(value, torch.Tensor) and s.wants(slot) and s.begin_event():
+                    self._add(Phase.INIT, Kind.OPTIM_STATE, slot, value, cached=False)
 
     def _enter_step(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer's step() starts. One already on the stack never finished its last
@@ -682,8 +701,14 @@ class TorchRecorder(Instrumentation):
         @functools.wraps(original)
         def seed(*args: Any, **kwargs: Any) -> Any:
             value = args[0] if args else kwargs.get("seed", kwargs.get("a"))
-            session.seeds.append({"call": label, "seed": repr(value), "step": session.step})
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            call: dict[str, Any] = {"call": label, "seed": repr(value), "step": session.step}
+            if label == "torch.seed":  # (it returns the seed it drew from the OS)
+                call.update(seed=repr(result), entropy=True)
+            elif value is None:  # (the OS gave the seed: the state it left tells runs apart)
+                call.update(entropy=True, state=state_after_seed(label))
+            session.seeds.append(call)
+            return result
 
         return seed
 
