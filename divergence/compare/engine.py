@@ -475,7 +475,9 @@ def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray
     loss = rows[kind[rows] == Kind.LOSS]
     (final_step, final_a), (_, final_b) = _final_prints(a), _final_prints(b)
     common = final_a.keys() & final_b.keys()
-    aligned = structure_end >= min(a.records.size, b.records.size)
+    shorter = min(a.records.size, b.records.size)
+    aligned = structure_end >= shorter
+    ended = a.steps_complete != b.steps_complete and shorter > 0
     return Propagation(
         differing_records=int(rows.size),
         differing_in_first_step=int(np.count_nonzero(steps == steps[0])),
@@ -486,6 +488,7 @@ def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray
         final_step=final_step,
         last_difference_step=int(steps[-1]),
         aligned_until_step=None if aligned else int(a.records["step"][structure_end]),
+        compared_until_step=int(a.records["step"][shorter - 1]) if ended else None,
     )
 
 

@@ -104,6 +104,7 @@ class Propagation:
     final_step: int
     last_difference_step: int = 0
     aligned_until_step: int | None = None  # records compared up to there (then a structure)
+    compared_until_step: int | None = None  # the last step both runs recorded (None: all)
 
     @property
     def healed(self) -> bool:
@@ -114,6 +115,10 @@ class Propagation:
             and self.final_params_differing == 0
             and self.last_difference_step < self.final_step
             and self.aligned_until_step is None
+            and (
+                self.compared_until_step is None
+                or self.last_difference_step < self.compared_until_step
+            )
         )
 
 

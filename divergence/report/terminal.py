@@ -14,7 +14,13 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from divergence.compare.model import Comparison, Divergence, ProcessComparison, display_value
+from divergence.compare.model import (
+    Comparison,
+    Divergence,
+    ProcessComparison,
+    Propagation,
+    display_value,
+)
 from divergence.store.schema import note_parts
 from divergence.wording import counted
 
@@ -197,7 +203,15 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
         f"loss {loss}",
         *(
             [
-                f"parameters after step {prop.final_step}: {prop.final_params_differing} of "
+                f"run A has {counted(p.steps_a, 'step')}, run B {p.steps_b}: the records compared "
+                f"end in step {prop.compared_until_step}"
+            ]
+            if prop.compared_until_step is not None
+            else []
+        ),
+        *(
+            [
+                f"{_final_parameters(prop)}: {prop.final_params_differing} of "
                 f"{prop.final_params_total} differ"
             ]
             if prop.final_params_total
@@ -212,6 +226,14 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
             else []
         ),
     ]
+
+
+def _final_parameters(prop: Propagation) -> str:
+    """Which parameters are compared last: after run A's last update, or after each run's
+    own when one run ended first."""
+    if prop.compared_until_step is not None:
+        return "final parameters (after each run's last update)"
+    return f"parameters after step {prop.final_step}"
 
 
 def render_text(comparison: Comparison, width: int = WIDTH) -> str:

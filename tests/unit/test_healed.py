@@ -97,3 +97,31 @@ def test_skipped_parameters_are_not_counted_as_matching(tmp_path: Path) -> None:
     assert "parameters after step" not in text and "did not last" not in text
     (process,) = comparison_json(comparison)["processes"]
     assert process["propagation"]["healed"] is False
+
+
+def write_steps(path: Path, initial: int, values: list[int]) -> Path:
+    """One parameter: its initial value, then ``values`` after each update."""
+    session = new_session(path)
+    for step, value in enumerate(values):
+        session.begin_event()
+        if step == 0:
+            session.add(Phase.INIT, Kind.PARAM, "fc.weight", fingerprint(initial))
+        session.add(Phase.OPTIMIZER, Kind.PARAM, "fc.weight", fingerprint(value))
+        session.optimizer_stepped()
+    session.finish()
+    return path
+
+
+def test_a_shorter_run_is_not_said_to_have_healed(tmp_path: Path) -> None:
+    """Run B (a resumed run: other initial weights, 2 steps) ends with the weights run A (4
+    steps) ends with: nothing was compared after B's last step, so the report does not say
+    the difference did not last, and it says how many steps each run has."""
+    a = write_steps(tmp_path / "a", 1, [101, 102, 103, 104])
+    b = write_steps(tmp_path / "b", 2, [101, 104])
+    comparison = compare_runs(a, b)
+    (process,) = comparison.processes
+    assert process.propagation is not None and not process.propagation.healed
+    text = " ".join(render_text(comparison).split())
+    assert "run A has 4 steps, run B 2: the records compared end in step 1" in text
+    assert "final parameters (after each run's last update): 0 of 1 differ" in text
+    assert "did not last" not in text
