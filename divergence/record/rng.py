@@ -31,6 +31,7 @@ RNG_STATE_GLOBS = (
     "torch.cuda:*",
     "tf.random.*",
     "keras.global_seed_generator",
+    "*.seed_generator*.state",  # a Keras model's own, when fit() runs it but it is not called
 )
 
 

@@ -1,6 +1,7 @@
-"""A Keras ``evaluate()`` between two fits: its batch is noted as an inference call, so compare
-names an evaluation pass in one run only, or other validation data, instead of the training
-data pipeline. Real Keras through the CLI."""
+"""Batches that are not the training data: a Keras ``evaluate()`` between two fits (its batch is
+noted as an inference call, so compare names an evaluation pass in one run only, or other
+validation data, instead of the training data pipeline), and noise a fitted model draws from its
+own SeedGenerator. Real Keras through the CLI."""
 
 from __future__ import annotations
 
@@ -25,3 +26,25 @@ def test_evaluation_passes_are_named(keras_cli: Any, tmp_path: Path) -> None:
     assert code == 1 and (first["phase"], first["kind"]) == ("data", "batch")
     assert "eval mode in both runs" in first["origin_text"]
     assert first["cause"] == "data" and "validation data" in first["cause_text"]
+
+
+NOISE = SCRIPT.with_name("keras_noise.py")
+
+
+def test_noise_from_a_seed_generator_of_the_fitted_model_is_evidence(
+    keras_cli: Any, tmp_path: Path
+) -> None:
+    """The fitted model is never called, so no layer call records its own SeedGenerator; its
+    state is recorded at every step start, and noise drawn from another seed is put down to
+    that generator, not to the data pipeline."""
+    runs = [tmp_path / "a", tmp_path / "b"]
+    keras_cli.in_parallel(
+        [
+            lambda: keras_cli.record(runs[0], env={"NOISE_SEED": "3"}, script=NOISE),
+            lambda: keras_cli.record(runs[1], env={"NOISE_SEED": "4"}, script=NOISE),
+        ]
+    )
+    code, report = keras_cli.compare(*runs)
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["kind"]) == (0, "batch")
+    assert first["cause"] == "rng" and "noisy.seed_generator0.state" in first["cause_text"]

@@ -114,6 +114,7 @@ class KerasRecorder(Instrumentation):
         # reverse of that order, the order a backward pass computes them in
         self.returned: dict[str, int] = {}
         self.layer_calls = 0
+        self.fit_models: list[weakref.ref[Any]] = []  # models whose fit() ran
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -605,6 +606,8 @@ class KerasRecorder(Instrumentation):
                 self.record(mode, Phase.DATA, Kind.BATCH, name, tensors)
 
     def before_fit(self, model: Any) -> None:
+        if not any(ref() is model for ref in self.fit_models):
+            self.fit_models.append(weakref.ref(model))
         per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
         if per_execution > 1:
             self.note(
@@ -631,10 +634,26 @@ class KerasRecorder(Instrumentation):
         self.tapes_this_step = 0
         for name, fingerprint in self.host_generators.fingerprints():
             session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
-        for name, state in framework_generators():
+        for name, state in [*framework_generators(), *self._uncalled_seed_generators()]:
             with tf.init_scope():
                 value = tf.convert_to_tensor(raw_variable(state))
             session.add(Phase.RNG, Kind.RNG_STATE, name, self.eager_fingerprint(value))
+
+    def _uncalled_seed_generators(self) -> list[tuple[str, Any]]:
+        """(name, state) of the ``SeedGenerator``s of a model whose ``fit()`` ran but that is
+        never called itself (a GAN whose ``train_step`` draws noise with its own generator and
+        calls its sub-models): no layer call records them, and what they draw is a batch."""
+        found = []
+        for ref in self.fit_models:
+            model = ref()
+            if model is None or any(root() is model for root, _ in self.roots):
+                continue
+            label = naming.root_label(model)
+            for index, generator in enumerate(getattr(model, "_seed_generators", [])):
+                state = getattr(generator, "state", None)
+                if state is not None:
+                    found.append((f"{label}.seed_generator{index}.state", state))
+        return found
 
     def probe(self, session: Session, value: object, name: str) -> bool:
         """``divergence.probe`` on TF tensors (eager, or inside a traced function)."""
