@@ -242,6 +242,12 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
 def _explain_hyperparameter(divergence: Divergence) -> None:
     """A param group's or a module's settings: the records' notes hold them as text."""
     divergence.origin = True
+    if divergence.location.endswith(".compile"):  # (Keras' compile() arguments)
+        divergence.origin_text = (
+            f"in the arguments of {_code(divergence.location.removesuffix('.compile'))}'s "
+            f"compile(): {settings_difference(divergence)}"
+        )
+        return
     if divergence.phase == Phase.INIT.label:  # (a module's constructor arguments)
         what = "layer" if divergence.facts.get("framework") == "tensorflow" else "module"
         divergence.origin_text = (

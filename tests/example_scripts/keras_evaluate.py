@@ -3,11 +3,13 @@
     python keras_evaluate.py {none,same,shifted}
 
 none: no evaluate(); same: evaluate() on held-out data; shifted: the same with one value of the
-held-out data changed. The training is the same in every variant.
+held-out data changed. The training is the same in every variant. LOSS_WEIGHT=W (environment,
+as a config file would give it) compiles with loss_weights=W (default 1.0).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import keras
@@ -26,7 +28,8 @@ def main() -> None:
     model = keras.Sequential(
         [keras.Input((6,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)]
     )
-    model.compile(optimizer="sgd", loss="mse")
+    weight = float(os.environ.get("LOSS_WEIGHT", "1.0"))
+    model.compile(optimizer="sgd", loss="mse", loss_weights=weight)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
     if variant != "none":
         model.evaluate(held_out, held_out[:, 0], batch_size=16, verbose=0)

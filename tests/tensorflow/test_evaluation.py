@@ -48,3 +48,23 @@ def test_noise_from_a_seed_generator_of_the_fitted_model_is_evidence(
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["kind"]) == (0, "batch")
     assert first["cause"] == "rng" and "noisy.seed_generator0.state" in first["cause_text"]
+
+
+def test_another_loss_weight_given_to_compile_is_named(keras_cli: Any, tmp_path: Path) -> None:
+    runs = [tmp_path / "a", tmp_path / "b"]
+    keras_cli.in_parallel(
+        [
+            lambda: keras_cli.record(runs[0], ("none",), env={"LOSS_WEIGHT": "0.5"}, script=SCRIPT),
+            lambda: keras_cli.record(
+                runs[1], ("none",), env={"LOSS_WEIGHT": "0.25"}, script=SCRIPT
+            ),
+        ]
+    )
+    code, report = keras_cli.compare(*runs)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
+        0, "init", "hyperparam", "sequential.compile",
+    )  # fmt: skip
+    assert "loss_weights 0.5 in run A, 0.25 in run B" in first["origin_text"]
+    assert first["cause"] == "configuration" and "compiled with other" in first["cause_text"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import weakref
 from collections.abc import Callable
 from fnmatch import fnmatchcase
@@ -608,6 +609,7 @@ class KerasRecorder(Instrumentation):
     def before_fit(self, model: Any) -> None:
         if not any(ref() is model for ref in self.fit_models):
             self.fit_models.append(weakref.ref(model))
+        self._record_compile_settings(model)
         per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
         if per_execution > 1:
             self.note(
@@ -616,6 +618,29 @@ class KerasRecorder(Instrumentation):
             )
         if getattr(model, "run_eagerly", False):
             self.note("run_eagerly=True: recorded eagerly")
+
+    def _record_compile_settings(self, model: Any) -> None:
+        """What ``compile()`` set that changes the training (the loss and its weights, XLA,
+        eager execution, steps per execution), at each ``fit()``, as ``<model>.compile`` in the
+        init phase (the optimizer's own settings are recorded at each update; metrics change
+        no weight)."""
+        config = model.get_compile_config() if hasattr(model, "get_compile_config") else None
+        if not isinstance(config, dict):
+            return
+        name = f"{self._root_name(model)}.compile"
+        s = self.session
+        if s.wants(name) and s.begin_event():
+            settings = {key: _settings_value(config.get(key)) for key in COMPILE_SETTINGS}
+            fingerprint, text = self.settings(settings)
+            s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=text)
+
+    def _root_name(self, model: Any) -> str:
+        """The name the model has as a root, or would get as the next one."""
+        for ref, name in self.roots:
+            if ref() is model:
+                return name
+        label = naming.root_label(model)
+        return label if not self.roots else f"{label}#{len(self.roots)}"
 
     def _wrap_set_seed(self, original: Callable[..., Any]) -> Callable[..., Any]:
         session = self.session
@@ -666,6 +691,14 @@ class KerasRecorder(Instrumentation):
 
 
 SEVERAL = object()  # a variable's tape gradient when several tape.gradient() calls gave one
+COMPILE_SETTINGS = ("loss", "loss_weights", "jit_compile", "run_eagerly", "steps_per_execution")
+
+
+def _settings_value(value: object) -> object:
+    """A compile setting as a plain value: a serialized loss (a dict) as sorted JSON text."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=repr)
+    return value
 
 
 def _parts(grad: Any) -> list[Any]:
