@@ -27,12 +27,23 @@ from divergence.errors import ExitCode, UsageError
     metavar="R,R,...",
     help="Compare only these ranks (also when the runs' world sizes differ).",
 )
+@click.option(
+    "--other-scripts",
+    is_flag=True,
+    help="Compare runs of scripts with other names too (a renamed or fixed copy).",
+)
 def compare(
-    run_a: str, run_b: str, as_json: bool, quiet: bool, width: int | None, ranks: str | None
+    run_a: str,
+    run_b: str,
+    as_json: bool,
+    quiet: bool,
+    width: int | None,
+    ranks: str | None,
+    other_scripts: bool,
 ) -> int:
     from divergence.compare.engine import compare_runs
 
-    comparison = compare_runs(run_a, run_b, ranks=parse_ranks(ranks))
+    comparison = compare_runs(run_a, run_b, ranks=parse_ranks(ranks), other_scripts=other_scripts)
     code = ExitCode.IDENTICAL if comparison.identical else ExitCode.DIVERGED
     if quiet:
         return int(code)

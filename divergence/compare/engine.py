@@ -27,12 +27,17 @@ from divergence.wording import describe_status
 
 
 def compare_runs(
-    path_a: str | Path, path_b: str | Path, *, ranks: Sequence[int] | None = None
+    path_a: str | Path,
+    path_b: str | Path,
+    *,
+    ranks: Sequence[int] | None = None,
+    other_scripts: bool = False,
 ) -> Comparison:
-    """Pair the runs' processes (by rank) and compare them one pair at a time (compare.ranks)."""
+    """Pair the runs' processes (by rank) and compare them one pair at a time (compare.ranks);
+    ``other_scripts``: compare runs of scripts with other names too (a fixed copy)."""
     from divergence.compare.ranks import compare_ranks
 
-    return compare_ranks(path_a, path_b, ranks)
+    return compare_ranks(path_a, path_b, ranks, other_scripts)
 
 
 def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]:
@@ -55,12 +60,13 @@ def _natural(key: str) -> tuple[str, int]:
     return (key.rstrip("0123456789"), int(digits) if digits else 0)
 
 
-def refuse_different_programs(a: RunFile, b: RunFile) -> None:
+def refuse_different_programs(a: RunFile, b: RunFile, other_scripts: bool = False) -> None:
     script_a, script_b = _script(a.meta), _script(b.meta)
-    if script_a != script_b:
+    if script_a != script_b and not other_scripts:
         raise IncomparableRunsError(
             f"{a.path} recorded '{script_a}' but {b.path} recorded '{script_b}'",
-            hint="compare two runs of the same script",
+            hint="compare two runs of the same script, or pass --other-scripts (a renamed or "
+            "fixed copy)",
         )
     if a.meta.get("framework") != b.meta.get("framework"):
         raise IncomparableRunsError(

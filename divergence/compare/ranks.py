@@ -50,15 +50,20 @@ Pair = tuple[str, Process | None, Process | None]
 
 
 def compare_ranks(
-    path_a: str | Path, path_b: str | Path, ranks: Sequence[int] | None = None
+    path_a: str | Path,
+    path_b: str | Path,
+    ranks: Sequence[int] | None = None,
+    other_scripts: bool = False,
 ) -> Comparison:
-    """Compare two runs process by process (``ranks``: only these ranks)."""
+    """Compare two runs process by process (``ranks``: only these ranks; ``other_scripts``:
+    also runs of scripts with other names)."""
     run_a, run_b = Run.open(path_a), Run.open(path_b)
     comparison = Comparison(run_a.path, run_b.path, [], [])
     pairs = pair_ranks(run_a, run_b, ranks)
     tolerant = len(pairs) > 1 or ranks is not None  # one bad rank must not hide the others
     for key, process_a, process_b in pairs:
-        comparison.processes.append(_compare_pair(comparison, key, process_a, process_b, tolerant))
+        pair = _compare_pair(comparison, key, process_a, process_b, tolerant, other_scripts)
+        comparison.processes.append(pair)
     comparison.notes[:0] = completeness_notes(comparison.processes)
     if len(comparison.processes) > 1:
         place_ranks(comparison)
@@ -121,6 +126,7 @@ def _compare_pair(
     process_a: Process | None,
     process_b: Process | None,
     tolerant: bool,
+    other_scripts: bool = False,
 ) -> ProcessComparison:
     file_a = _load(comparison, key, "A", process_a, tolerant)
     file_b = _load(comparison, key, "B", process_b, tolerant)
@@ -128,7 +134,7 @@ def _compare_pair(
         return _unpaired(key, process_a, process_b, file_a, file_b)
     environment = environment_differences(file_a.meta, file_b.meta)
     if not comparison.processes:
-        refuse_different_programs(file_a, file_b)
+        refuse_different_programs(file_a, file_b, other_scripts)
     known = {e.key for e in comparison.environment}
     comparison.environment.extend(e for e in environment if e.key not in known)
     result = compare_files(key, file_a, file_b)

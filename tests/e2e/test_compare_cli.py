@@ -337,6 +337,18 @@ def test_runs_of_different_scripts_are_refused(record: Recorder) -> None:
     result = run_cli("compare", str(record("mlp.py", tag="a")), str(record("custom_loop.py")))
     assert result.returncode == 2
     assert "recorded 'mlp.py' but" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "pass --other-scripts" in result.stderr
+
+
+def test_a_renamed_copy_is_compared_with_other_scripts(record: Recorder, tmp_path: Path) -> None:
+    """A fixed or renamed copy of the script is compared when asked: same records, same bits."""
+    copy = tmp_path / "mlp_fixed.py"
+    copy.write_text((SCRIPTS / "mlp.py").read_text())
+    a, b = record("mlp.py", tag="a"), record(str(copy))
+    assert run_cli("compare", "-q", str(a), str(b)).returncode == 2
+    result = run_cli("compare", "--other-scripts", str(a), str(b))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("IDENTICAL: ")
 
 
 def test_compare_and_info_work_without_torch_or_tensorflow(record: Recorder) -> None:
