@@ -59,6 +59,11 @@ def _lines(s: object) -> list[str]:
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
     if s.note:  # an op's call (JSON, for replay), or a detail of the record
         lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")
+    if s.b is not None and a.kind == "hyperparam" and s.b.note != a.note:
+        from divergence.record.hyperparameters import differing_settings
+
+        differing = differing_settings(a.note, s.b.note)
+        lines += [f"  {key}: A {value_a}   B {value_b}" for key, value_a, value_b in differing]
     if s.numeric is not None:
         lines += [f"    {line}" for line in s.numeric.summary_lines()]
     return lines

@@ -122,6 +122,8 @@ def test_a_learning_rate_read_from_a_config_is_named_with_both_values(record: Re
     assert first["a"]["note"].startswith("lr=0.1; momentum=0.9; dampening=0; ")
     assert "`SGD.group0`: lr 0.1 in run A, 0.1000001 in run B; set by" in first["origin_text"]
     assert first["cause"] == "configuration"
+    shown = run_cli("show", str(a), "--against", str(b), "--step", "0", "--probe", "SGD.group0")
+    assert shown.returncode == 1 and "  lr: A 0.1   B 0.1000001" in shown.stdout
 
 
 def test_gradients_changed_between_backward_and_step_are_named(record: Recorder) -> None:
