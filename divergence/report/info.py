@@ -49,6 +49,8 @@ class ProcessSummary:
     kinds: dict[str, int]
     probes: int
     meta: dict[str, Any] = field(default_factory=dict)
+    uncaught: str = ""  # the exception that ended the process
+    ended_inside_step: int | None = None
 
 
 @dataclass
@@ -76,12 +78,21 @@ class RunSummary:
                 f"\n{p.key}  {p.path.name}: {counted(p.steps, 'step')} ({steps}), "
                 f"{counted(p.records, 'record')}, {counted(p.probes, 'probe')}, "
                 f"{counted(p.dumped, 'dumped tensor')}; {state}; exit status {exit_status}"
+                + _ending(p)
             )
             flat = flatten(p.meta)
             rows = [("kinds", ", ".join(f"{k} {n:,}" for k, n in p.kinds.items()))]
             rows += [(key, str(flat[key])) for key in SHOWN_META if key in flat]
             rows += [(key, str(value)) for key, value in flat.items() if key.startswith("env.")]
             yield key_value_table(rows)
+
+
+def _ending(p: ProcessSummary) -> str:
+    """``; ended by RuntimeError: ... inside step 3`` where an exception ended the process."""
+    if not p.uncaught:
+        return ""
+    inside = f" inside step {p.ended_inside_step}" if p.ended_inside_step is not None else ""
+    return f"; ended by {p.uncaught}{inside}"
 
 
 def _count_probes(records: np.ndarray) -> int:
@@ -116,6 +127,8 @@ def run_summary(path: str | Path) -> RunSummary:
                 kinds=dict(kinds),
                 probes=_count_probes(records),
                 meta=f.meta,
+                uncaught=f.uncaught,
+                ended_inside_step=f.ended_inside_step,
             )
         )
     return RunSummary(Path(path), processes)

@@ -221,6 +221,8 @@ def test_a_run_that_raised_inside_a_step_ended_there(
     first = report["first_divergence"]
     assert (code, first["reason"], first["step"]) == (1, "length", raise_at)
     assert f"ended inside step {raise_at}, raising {failure}" in first["origin_text"]
+    info = " ".join(run_cli("info", str(runs[1])).stdout.split())
+    assert f"; ended by {failure} inside step {raise_at}" in info
 
 
 @pytest.mark.parametrize("launcher", ["torch", "multiprocessing"])
