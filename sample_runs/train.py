@@ -11,11 +11,14 @@ Module tree (named submodules, as the recorder sees them):
     classifier.0 Flatten             classifier.1 Linear(2C*4*4, H)
     classifier.2 ReLU                classifier.3 Linear(H, n_classes)
 
-Defaults C=32, H=256, batch 64: classifier.1 is a Linear(1024, 256). With torch 2.13 CPU, a
-Linear with >= 1024 inputs (batch >= 32) sums in a different order with 1 and 2 threads, so
-OMP_NUM_THREADS=1 vs 2 first differs at step 0 in the forward output of classifier.1 (every
-features.* output still matches); with --channels 16 (a 512-input Linear) the forward matches
-and the first difference moves to step 0's conv weight gradients instead.
+Defaults C=32, H=256, batch 64: classifier.1 is a Linear(1024, 256). With torch 2.13 CPU on
+the machine the bundled runs come from, a Linear with >= 1024 inputs (batch >= 32) sums in a
+different order with 1 and 2 threads, so OMP_NUM_THREADS=1 vs 2 first differs at step 0 in the
+forward output of classifier.1 (every features.* output still matches); with --channels 16 (a
+512-input Linear) the forward matches and the first difference moves to step 0's conv weight
+gradients instead. Which op parts first depends on the CPU: on an AMD EPYC (AVX-512) the
+Linear gives the same bits at both counts and the first difference is step 0's conv weight
+gradient (features.3.weight).
 
 Examples:
 

@@ -3,9 +3,11 @@
     python tests/example_scripts/alternating_threads.py --counter PATH [--steps 2]
 
 Each run increments the integer in PATH and uses 1 thread on odd runs, 2 on even ones. The model
-is a Linear(1024, 64) with batch 32 (CPU torch sums it in another order with 1 and 2 threads),
-so runs 1 and 2 differ at step 0 in ``body.fc``'s ``aten.addmm`` and runs 3 and 4 differ again
-in the same place: ``diverge hunt``'s zoom reproduces it.
+has a Linear(1024, 64) with batch 32 and a 3x3 convolution over 32 channels: CPU torch sums one
+of them in another order with 1 and 2 threads (which one depends on the CPU and its BLAS: the
+Linear's GEMM with MKL on an Intel CPU, the convolution's weight gradient on an AMD EPYC), so
+runs 1 and 2 differ at step 0 and runs 3 and 4 differ again in the same place: ``diverge
+hunt``'s zoom reproduces it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ class Body(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(1024, 64)
+        self.conv = nn.Conv2d(32, 32, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.fc(x))
+        h = torch.tanh(self.fc(x))  # (32, 64): 32 images of 8 x 8, tiled to 32 x 16 x 16
+        image = h.view(-1, 1, 8, 8).repeat(1, 32, 2, 2)
+        return torch.tanh(self.conv(image)).mean(dim=(2, 3))
 
 
 def main() -> int:
@@ -36,7 +41,7 @@ def main() -> int:
     counter.write_text(str(count))
     torch.set_num_threads(1 if count % 2 else 2)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 1024), Body(), nn.Linear(64, 1))
+    model = nn.Sequential(nn.Linear(16, 1024), Body(), nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 16), torch.randn(32, 1)
     for step in range(args.steps):
