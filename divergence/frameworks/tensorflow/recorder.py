@@ -116,6 +116,7 @@ class KerasRecorder(Instrumentation):
         self.returned: dict[str, int] = {}
         self.layer_calls = 0
         self.fit_models: list[weakref.ref[Any]] = []  # models whose fit() ran
+        self.compiled_as: dict[str, str] = {}  # model name -> the compile settings last recorded
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -621,17 +622,18 @@ class KerasRecorder(Instrumentation):
 
     def _record_compile_settings(self, model: Any) -> None:
         """What ``compile()`` set that changes the training (the loss and its weights, XLA,
-        eager execution, steps per execution), at each ``fit()``, as ``<model>.compile`` in the
-        init phase (the optimizer's own settings are recorded at each update; metrics change
-        no weight)."""
+        eager execution, steps per execution), as ``<model>.compile`` in the init phase, at the
+        first ``fit()`` and at one after a compile that changed them (the optimizer's own
+        settings are recorded at each update; metrics change no weight)."""
         config = model.get_compile_config() if hasattr(model, "get_compile_config") else None
         if not isinstance(config, dict):
             return
         name = f"{self._root_name(model)}.compile"
         s = self.session
-        if s.wants(name) and s.begin_event():
-            settings = {key: _settings_value(config.get(key)) for key in COMPILE_SETTINGS}
-            fingerprint, text = self.settings(settings)
+        settings = {key: _settings_value(config.get(key)) for key in COMPILE_SETTINGS}
+        fingerprint, text = self.settings(settings)
+        if self.compiled_as.get(name) != text and s.wants(name) and s.begin_event():
+            self.compiled_as[name] = text
             s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=text)
 
     def _root_name(self, model: Any) -> str:
