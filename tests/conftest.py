@@ -32,8 +32,8 @@ def run_cli(
     )
 
 
-def compare_json(a: Path, b: Path) -> tuple[int, dict[str, Any]]:
-    result = run_cli("compare", "--json", str(a), str(b))
+def compare_json(a: Path, b: Path, *options: str) -> tuple[int, dict[str, Any]]:
+    result = run_cli("compare", "--json", *options, str(a), str(b))
     assert result.returncode in (0, 1), result.stderr
     return result.returncode, json.loads(result.stdout)
 

@@ -59,7 +59,7 @@ def _lines(s: object) -> list[str]:
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
     if s.note:  # an op's call (JSON, for replay), or a detail of the record
         lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")
-    if s.b is not None and a.kind == "hyperparam" and s.b.note != a.note:
+    if s.b is not None and a.kind == "hyperparam" and s.status == "differs":
         from divergence.record.hyperparameters import differing_settings
 
         differing = differing_settings(a.note, s.b.note)

@@ -107,9 +107,22 @@ def recording_differences(meta_a: dict[str, object], meta_b: dict[str, object]) 
 
 
 def _option_text(value: object) -> str:
+    """An option's recorded value as the command line gives it (globs space-separated)."""
     if isinstance(value, list):
         return " ".join(map(str, value)) if value else "(none)"
     return str(value)
+
+
+def script_difference(a: RunFile, b: RunFile) -> str:
+    """A note when the runs are of scripts with other names (compared with --other-scripts),
+    else ""."""
+    script_a, script_b = _script(a.meta), _script(b.meta)
+    if script_a == script_b:
+        return ""
+    return (
+        f"the runs are of different scripts ('{script_a}' and '{script_b}', compared with "
+        "--other-scripts): a difference in their code is a cause the records cannot name"
+    )
 
 
 def _script(meta: dict[str, object]) -> str:
@@ -383,9 +396,15 @@ def _ended_inside_step(key: str, a: RunFile, b: RunFile, row: int) -> Divergence
         if step is not None and records["step"][row] == step:
             raised = _raised(file)
             origin = f"run {which} ended inside step {step}, raising {raised}, before"
-        elif row == records.size - 1 and other.steps_complete > file.steps_complete:
+        elif (
+            row == records.size - 1
+            and other.steps_complete > file.steps_complete
+            and at.phase in NEW_PASS_PHASES  # (not more records of the same pass)
+        ):
             step = int(records["step"][row])
-            origin = f"run {which}'s last step, {step}, ends{_raised(file, ', raising ')} before"
+            closed = "" if file.complete else " (the process was not closed: killed or crashed)"
+            raised = _raised(file, ", raising ")
+            origin = f"run {which}'s last step, {step}, ends{closed}{raised} before"
         else:
             continue
         divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
@@ -395,6 +414,10 @@ def _ended_inside_step(key: str, a: RunFile, b: RunFile, row: int) -> Divergence
         )
         return divergence
     return None
+
+
+# where a pass over a batch starts: another training step after a validation pass, say
+NEW_PASS_PHASES = frozenset({Phase.RNG.label, Phase.DATA.label, Phase.FORWARD.label})
 
 
 def _raised(file: RunFile, prefix: str = "") -> str:
@@ -414,11 +437,24 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
             divergence.origin_text = news
             return divergence
     divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
-    divergence.origin_text = (
+    divergence.origin_text = _skipped_update(pa, pb) or (
         f"run A next recorded {pa.label} ({pa.phase}, step {pa.step}) where run B recorded "
         f"{pb.label} ({pb.phase}, step {pb.step}): the runs took different code paths"
     )
     return divergence
+
+
+def _skipped_update(pa: Probe, pb: Probe) -> str:
+    """Where one run's step ends where the other's goes on to its optimizer update: it took no
+    optimizer step there. Else ""."""
+    for ended, other, which in ((pa, pb, "A"), (pb, pa, "B")):
+        if ended.kind == Kind.STEP_END.label and other.phase == Phase.OPTIMIZER.label:
+            return (
+                f"run {which} took no optimizer step in step {ended.step} where the other did "
+                f"({other.label} next): a GradScaler skipping the step for inf or NaN "
+                "gradients, or a condition around optimizer.step()"
+            )
+    return ""
 
 
 def _only_in_one_run(probe: Probe, which: str) -> str:

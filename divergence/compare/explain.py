@@ -147,15 +147,19 @@ def _explain_evaluation_batch(divergence: Divergence) -> None:
     """A model's batch where a run's model was in eval mode (torch) or called for inference
     (Keras): an evaluation pass, in both runs (their data differ) or in one only (it lines up
     with the other run's training batch)."""
-    evaluating = [p is not None and note_parts(p.note)[1] in EVAL_NOTES for p in (
-        divergence.a, divergence.b
-    )]  # fmt: skip
+    evaluating = []
+    for probe in (divergence.a, divergence.b):
+        evaluating.append(probe is not None and note_parts(probe.note)[1] in EVAL_NOTES)
     if all(evaluating):
         divergence.facts["batch"] = "evaluation"
+        after = (
+            f", run after step {divergence.step - 1}'s optimizer step if it came before this "
+            "step's training"
+            if divergence.step > 0
+            else ""
+        )
         divergence.origin_text += (
-            f"; the model was in eval mode in both runs: an evaluation or validation pass, run "
-            f"after step {divergence.step - 1}'s optimizer step if it came before this step's "
-            "training"
+            f"; the model was in eval mode in both runs: an evaluation or validation pass{after}"
         )
     elif any(evaluating):
         which, other = ("A", "B") if evaluating[0] else ("B", "A")
@@ -265,8 +269,8 @@ def settings_difference(divergence: Divergence) -> str:
     """``lr 0.1 in run A, 0.2 in run B`` for the first settings that differ (three at most)."""
     a, b = divergence.a, divergence.b
     differing = differing_settings(a.note, b.note) if a and b else []
-    if not differing:
-        return "they differ"
+    if not differing:  # (the same text hashed otherwise: another recorder version's rule)
+        return "their texts are equal: the recorders hashed them differently (diverge_version)"
     shown = [f"{key} {value_a} in run A, {value_b} in run B" for key, value_a, value_b in differing]
     more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""
     return "; ".join(shown[:3]) + more

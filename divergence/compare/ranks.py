@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from divergence.compare.engine import (
     compare_files,
@@ -31,6 +32,7 @@ from divergence.compare.engine import (
     failure_notes,
     pair_processes,
     refuse_different_programs,
+    script_difference,
 )
 from divergence.compare.environment import environment_differences
 from divergence.compare.explain import classify
@@ -68,6 +70,13 @@ def compare_ranks(
     if len(comparison.processes) > 1:
         place_ranks(comparison)
     return comparison
+
+
+def _without_script(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with the script's name left out of ``argv`` (the command's other arguments
+    kept)."""
+    argv = meta.get("argv")
+    return {**meta, "argv": ["", *argv[1:]]} if isinstance(argv, list) and argv else meta
 
 
 # --- pairing ------------------------------------------------------------------------------
@@ -132,9 +141,15 @@ def _compare_pair(
     file_b = _load(comparison, key, "B", process_b, tolerant)
     if file_a is None or file_b is None:
         return _unpaired(key, process_a, process_b, file_a, file_b)
-    environment = environment_differences(file_a.meta, file_b.meta)
     if not comparison.processes:
         refuse_different_programs(file_a, file_b, other_scripts)
+    scripts = script_difference(file_a, file_b) if other_scripts else ""
+    if scripts and scripts not in comparison.notes:
+        comparison.notes.append(scripts)
+    # (with --other-scripts the scripts' names differ by request: their other arguments count)
+    environment = environment_differences(
+        *(_without_script(f.meta) if scripts else f.meta for f in (file_a, file_b))
+    )
     known = {e.key for e in comparison.environment}
     comparison.environment.extend(e for e in environment if e.key not in known)
     result = compare_files(key, file_a, file_b)

@@ -4,8 +4,9 @@ report shows and compare reads back to name the settings that differ.
 The text is ``key=value`` joined by ``"; "``, every key but ``params`` and ``initial_lr`` in
 the group's order; a value is written as ``repr`` for numbers, strings and None (tuples and lists
 of them alike), sorted for a set, and by type and name for anything else (a function: never its
-address). The fingerprint hashes that text, with every int written as the float it equals, and
-the raw bits of every float in it (``repr`` is exact for floats but writes every NaN as ``nan``):
+address). The fingerprint hashes that text, with every int below 2**53 written as the float it
+equals, and the raw bits of every float in it (``repr`` is exact for floats but writes every NaN
+as ``nan``):
 ``weight_decay=0`` from a default and ``0.0`` from a config file compute the same update.
 ``initial_lr`` is what an LR scheduler set when it was built: the ``lr`` it sets is recorded at
 every step, and a scheduler present in one run shows there, where it changes the learning rate.

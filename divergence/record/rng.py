@@ -62,14 +62,25 @@ def _fingerprints(
 def state_after_seed(call: str) -> str:
     """The fingerprint of the state ``random.seed()`` or ``numpy.random.seed()`` (``call``)
     left, as 16 hex digits: recorded for a call without a seed, which takes one from the OS.
+    "" where it cannot be read (numpy's global generator replaced by another bit generator):
+    this runs inside the program's own call, which must not fail.
 
     >>> random.seed(0); state_after_seed("random.seed")
     '6f87d17475ee6122'
     """
-    name = "numpy.random" if call.startswith("numpy") else "python.random"
-    value = dict(host_rng_fingerprints())[name].value
-    assert isinstance(value, int)
-    return f"{value:016x}"
+    try:
+        if call.startswith("numpy"):
+            fingerprint = _fingerprints(_PYTHON_PLACEHOLDER, _numpy_state())[1][1]
+        else:
+            fingerprint = _fingerprints(random.getstate(), _NUMPY_PLACEHOLDER)[0][1]
+    except Exception:
+        return ""
+    return f"{fingerprint.value:016x}"
+
+
+# the other generator's state, for _fingerprints when only one is read
+_PYTHON_PLACEHOLDER = (3, (0,) * 625, None)
+_NUMPY_PLACEHOLDER = ("MT19937", np.zeros(624, np.uint32), 0, 0, 0.0)
 
 
 MT_STATE_BYTES = 624 * 4 + 4  # 624 uint32 words and an int position, in either order

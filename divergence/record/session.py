@@ -402,9 +402,9 @@ def activate(session: Session) -> Session:
     multiprocessing.util.register_after_fork(session, _finish_in_forked_process)
     if not getattr(sys.excepthook, "notes_uncaught", False):
         sys.excepthook = _noting_uncaught(sys.excepthook)
-    process_class = multiprocessing.process.BaseProcess
-    if not getattr(process_class.run, "notes_uncaught", False):
-        process_class.run = _noting_process_failure(process_class.run)  # type: ignore[method-assign,assignment]
+    process_class: Any = multiprocessing.process.BaseProcess  # (_bootstrap is not in its stubs)
+    if not getattr(process_class._bootstrap, "notes_uncaught", False):
+        process_class._bootstrap = _noting_process_failure(process_class._bootstrap)
     return session
 
 
@@ -420,16 +420,30 @@ def _noting_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
     return excepthook
 
 
-def _noting_process_failure(run: Callable[[Any], None]) -> Callable[[Any], None]:
-    """``multiprocessing`` ``Process.run`` that tells the active session which exception ends
-    a child process: the process's bootstrap catches it, so ``sys.excepthook`` never sees it.
-    ``torch.multiprocessing.spawn`` catches a worker's exception itself and calls
-    ``sys.exit(1)`` in its handler: the exception is then that ``SystemExit``'s context."""
+def _noting_process_failure(bootstrap: Callable[..., Any]) -> Callable[..., Any]:
+    """``multiprocessing``'s ``Process._bootstrap``, which runs a child process's ``run()`` and
+    catches what it raises (``sys.excepthook`` never sees it), made to tell the active session
+    which exception ends the child first. The process's own ``run`` is wrapped, so a subclass
+    that overrides it is seen too. ``torch.multiprocessing.spawn`` catches a worker's
+    exception itself and calls ``sys.exit(1)`` in its handler: the exception is then that
+    ``SystemExit``'s context."""
+
+    @functools.wraps(bootstrap)
+    def noting_bootstrap(process: Any, *args: Any, **kwargs: Any) -> Any:
+        process.run = _noting_run(process.run)
+        return bootstrap(process, *args, **kwargs)
+
+    noting_bootstrap.notes_uncaught = True  # type: ignore[attr-defined]
+    return noting_bootstrap
+
+
+def _noting_run(run: Callable[[], None]) -> Callable[[], None]:
+    """``run`` that notes the exception it ends with (see :func:`_noting_process_failure`)."""
 
     @functools.wraps(run)
-    def noting_run(process: Any) -> None:
+    def noting_run() -> None:
         try:
-            run(process)
+            run()
         except SystemExit as exc:
             failure = exc.__context__
             if exc.code not in (0, None) and isinstance(failure, Exception):
@@ -439,11 +453,11 @@ def _noting_process_failure(run: Callable[[Any], None]) -> Callable[[Any], None]
             _note_uncaught(exc)
             raise
 
-    noting_run.notes_uncaught = True  # type: ignore[attr-defined]
     return noting_run
 
 
 def _note_uncaught(exc: BaseException) -> None:
+    """Tell the active session (if any) that ``exc`` ends the process."""
     if _active is not None:
         _active.uncaught = describe_exception(type(exc), exc)
 

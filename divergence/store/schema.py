@@ -120,8 +120,8 @@ UNINITIALISED = "uninitialised memory"  # how every such note starts (FORMAT.md)
 # the recorder's global hooks first, so these records hold the values before those ran.
 BEFORE_PRE_HOOKS = "taken before the module's own forward pre-hooks, which can change it"
 EVAL_MODE = "the model was in eval mode (model.eval())"  # on its batch records
-# a Keras model's batch records: called with training=False or without training=True
-INFERENCE_CALL = "the model was called for inference (training=False or not given)"
+# a Keras model's batch records: called with training=False
+INFERENCE_CALL = "the model was called for inference (training=False)"
 EVAL_NOTES = (EVAL_MODE, INFERENCE_CALL)
 # on the gradient into a module's output: torch runs its full backward hooks after it
 BEFORE_BACKWARD_HOOKS = (

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from divergence.store.reader import RunFile
 from tests.conftest import ROOT, SCRIPTS, Recorder, compare_json, run_cli
 
 
@@ -351,6 +352,10 @@ def test_a_renamed_copy_is_compared_with_other_scripts(record: Recorder, tmp_pat
     result = run_cli("compare", "--other-scripts", str(a), str(b))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("IDENTICAL: ")
+    code, report = compare_json(a, b, "--other-scripts")
+    assert code == 0
+    assert "the runs are of different scripts ('mlp.py' and 'mlp_fixed.py'" in report["notes"][0]
+    assert not any(e["key"] == "argv" for e in report["environment_differences"])
 
 
 def test_compare_and_info_work_without_torch_or_tensorflow(record: Recorder) -> None:
@@ -570,3 +575,52 @@ def test_an_optimizer_state_loaded_before_the_first_step_is_recorded(tmp_path: P
         "run A's optimizer held state for `weight` before its first step" in (first["origin_text"])
     )
     assert first["cause"] == "initialisation"
+
+
+SCALED = (
+    "import os, torch\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.Linear(8, 2)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "scaler = torch.amp.GradScaler('cpu', init_scale=float(os.environ['INIT_SCALE']))\n"
+    "for step in range(4):\n"
+    "    x = torch.randn(4, 8)\n"
+    "    if step == int(os.environ.get('INF_STEP', '-1')):\n"
+    "        x[0, 0] = float('inf')  # inf gradients: scaler.step() skips optimizer.step()\n"
+    "    with torch.autocast('cpu', dtype=torch.float16):\n"
+    "        loss = model(x).float().pow(2).mean()\n"
+    "    optimizer.zero_grad()\n"
+    "    scaler.scale(loss).backward()\n"
+    "    scaler.step(optimizer)\n"
+    "    scaler.update()\n"
+)
+
+
+def test_a_gradscaler_is_recorded_and_its_skipped_steps_keep_the_numbering(
+    tmp_path: Path,
+) -> None:
+    """GradScaler's scale is a settings record before the scaled loss, so another init_scale
+    is named as that; a step it skips for inf gradients still ends the training step."""
+    script = tmp_path / "scaled.py"
+    script.write_text(SCALED)
+    runs = {}
+    for name, env in (
+        ("a", {"INIT_SCALE": "1024"}),
+        ("b", {"INIT_SCALE": "2048"}),
+        ("skip", {"INIT_SCALE": "1024", "INF_STEP": "1"}),
+    ):
+        runs[name] = tmp_path / name
+        command = ("--", sys.executable, str(script))
+        result = run_cli("record", "-o", str(runs[name]), *command, env=env)
+        assert result.returncode == 0, result.stderr
+    code, report = compare_json(runs["a"], runs["b"])
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["kind"], first["location"]) == (
+        0, "hyperparam", "GradScaler",
+    )  # fmt: skip
+    assert "scale tensor(1024.0) in run A, tensor(2048.0) in run B" in first["origin_text"]
+    assert first["cause"] == "configuration" and "GradScaler's state" in first["cause_text"]
+    (skipping,) = runs["skip"].glob("*.h5")
+    assert RunFile.open(skipping).steps.tolist() == [0, 1, 2, 3]  # (step 1 skipped its update)
+    code, report = compare_json(runs["a"], runs["skip"])
+    assert code == 1 and report["first_divergence"]["step"] == 1

@@ -225,7 +225,7 @@ def test_a_run_that_raised_inside_a_step_ended_there(
     assert f"; ended by {failure} inside step {raise_at}" in info
 
 
-@pytest.mark.parametrize("launcher", ["torch", "multiprocessing"])
+@pytest.mark.parametrize("launcher", ["torch", "multiprocessing", "subclass"])
 def test_a_spawned_worker_that_raised_inside_a_step_ended_there(
     tmp_path: Path, launcher: str
 ) -> None:

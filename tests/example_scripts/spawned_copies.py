@@ -4,7 +4,8 @@ small MLP seeded with its index, and no process group (so no rank). For pairing 
     python tests/example_scripts/spawned_copies.py [--raise-at K] [--launcher L]
 
 --raise-at K: process 1 raises after step K's backward (spawn then raises in the parent);
---launcher multiprocessing: plain ``multiprocessing`` spawn-context processes instead.
+--launcher multiprocessing: plain ``multiprocessing`` spawn-context processes instead;
+--launcher subclass: a spawn-context Process subclass that overrides run().
 """
 
 from __future__ import annotations
@@ -29,16 +30,34 @@ def train(index: int, raise_at: int = -1) -> None:
         optimizer.step()
 
 
+class Trainer(multiprocessing.get_context("spawn").Process):
+    """A process class of the script's own: its run() trains."""
+
+    def __init__(self, index: int, raise_at: int) -> None:
+        super().__init__()
+        self.index, self.raise_at = index, raise_at
+
+    def run(self) -> None:
+        train(self.index, self.raise_at)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--raise-at", type=int, default=-1)
-    parser.add_argument("--launcher", choices=("torch", "multiprocessing"), default="torch")
+    parser.add_argument(
+        "--launcher", choices=("torch", "multiprocessing", "subclass"), default="torch"
+    )
     args = parser.parse_args()
     if args.launcher == "torch":
         mp.spawn(train, args=(args.raise_at,), nprocs=2)
         return
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=train, args=(i, args.raise_at)) for i in range(2)]
+    processes = [
+        Trainer(i, args.raise_at)
+        if args.launcher == "subclass"
+        else context.Process(target=train, args=(i, args.raise_at))
+        for i in range(2)
+    ]
     for process in processes:
         process.start()
     for process in processes:

@@ -69,6 +69,24 @@ def in_parallel(jobs: list[Any]) -> None:
             future.result()
 
 
+def compare_pair(
+    directory: Path,
+    script: Path,
+    args: tuple[Iterable[str], Iterable[str]] = ((), ()),
+    envs: tuple[dict[str, str] | None, dict[str, str] | None] = (None, None),
+) -> tuple[int, dict[str, Any]]:
+    """Record ``script`` twice, in parallel, into ``directory/a`` and ``directory/b`` (each
+    with its own arguments and environment), and compare them."""
+    runs = (directory / "a", directory / "b")
+    in_parallel(
+        [
+            lambda: record(runs[0], args[0], envs[0], script=script),
+            lambda: record(runs[1], args[1], envs[1], script=script),
+        ]
+    )
+    return compare(*runs)
+
+
 def weights(path: Path) -> list[bytes]:
     import numpy as np
 
@@ -83,6 +101,7 @@ class KerasCli:
     plain = staticmethod(plain)
     compare = staticmethod(compare)
     in_parallel = staticmethod(in_parallel)
+    compare_pair = staticmethod(compare_pair)
     weights = staticmethod(weights)
 
 

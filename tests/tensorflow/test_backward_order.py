@@ -16,14 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_backwa
 def test_a_backward_difference_is_reported_at_the_layer_it_starts_in(
     keras_cli: Any, tmp_path: Path, loop: str
 ) -> None:
-    runs = [tmp_path / "a", tmp_path / "b"]
-    keras_cli.in_parallel(
-        [
-            lambda: keras_cli.record(runs[0], (loop,), script=SCRIPT),
-            lambda: keras_cli.record(runs[1], (loop, "--scale", "2"), script=SCRIPT),
-        ]
-    )
-    code, report = keras_cli.compare(*runs)
+    code, report = keras_cli.compare_pair(tmp_path, SCRIPT, ((loop,), (loop, "--scale", "2")))
     first = report["first_divergence"]
     assert code == 1
     assert (first["step"], first["phase"], first["kind"]) == (0, "backward", "param_grad")

@@ -13,9 +13,13 @@ SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_evalua
 
 def test_evaluation_passes_are_named(keras_cli: Any, tmp_path: Path) -> None:
     runs = {variant: tmp_path / variant for variant in ("none", "same", "shifted")}
-    jobs = [(lambda v=variant: keras_cli.record(runs[v], (v,), script=SCRIPT)) for variant in runs]
-    keras_cli.in_parallel(jobs[:2])
-    keras_cli.in_parallel(jobs[2:])
+    keras_cli.in_parallel(
+        [
+            lambda: keras_cli.record(runs["none"], ("none",), script=SCRIPT),
+            lambda: keras_cli.record(runs["same"], ("same",), script=SCRIPT),
+        ]
+    )
+    keras_cli.record(runs["shifted"], ("same",), env={"SHIFT": "1"}, script=SCRIPT)
     code, report = keras_cli.compare(runs["same"], runs["none"])
     first = report["first_divergence"]
     assert code == 1 and (first["phase"], first["kind"]) == ("data", "batch")
@@ -37,30 +41,16 @@ def test_noise_from_a_seed_generator_of_the_fitted_model_is_evidence(
     """The fitted model is never called, so no layer call records its own SeedGenerator; its
     state is recorded at every step start, and noise drawn from another seed is put down to
     that generator, not to the data pipeline."""
-    runs = [tmp_path / "a", tmp_path / "b"]
-    keras_cli.in_parallel(
-        [
-            lambda: keras_cli.record(runs[0], env={"NOISE_SEED": "3"}, script=NOISE),
-            lambda: keras_cli.record(runs[1], env={"NOISE_SEED": "4"}, script=NOISE),
-        ]
-    )
-    code, report = keras_cli.compare(*runs)
+    envs = ({"NOISE_SEED": "3"}, {"NOISE_SEED": "4"})
+    code, report = keras_cli.compare_pair(tmp_path, NOISE, envs=envs)
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["kind"]) == (0, "batch")
     assert first["cause"] == "rng" and "noisy.seed_generator0.state" in first["cause_text"]
 
 
 def test_another_loss_weight_given_to_compile_is_named(keras_cli: Any, tmp_path: Path) -> None:
-    runs = [tmp_path / "a", tmp_path / "b"]
-    keras_cli.in_parallel(
-        [
-            lambda: keras_cli.record(runs[0], ("none",), env={"LOSS_WEIGHT": "0.5"}, script=SCRIPT),
-            lambda: keras_cli.record(
-                runs[1], ("none",), env={"LOSS_WEIGHT": "0.25"}, script=SCRIPT
-            ),
-        ]
-    )
-    code, report = keras_cli.compare(*runs)
+    envs = ({"LOSS_WEIGHT": "0.5"}, {"LOSS_WEIGHT": "0.25"})
+    code, report = keras_cli.compare_pair(tmp_path, SCRIPT, (("none",), ("none",)), envs)
     first = report["first_divergence"]
     assert code == 1
     assert (first["step"], first["phase"], first["kind"], first["location"]) == (

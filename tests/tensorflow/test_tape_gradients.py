@@ -23,14 +23,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_tapes.
 def test_an_unpaired_tape_gradient_leaves_the_origin_open(
     keras_cli: Any, tmp_path: Path, pattern: str, says: str
 ) -> None:
-    runs = [tmp_path / "a", tmp_path / "b"]
-    keras_cli.in_parallel(
-        [
-            lambda: keras_cli.record(runs[0], (pattern,), script=SCRIPT),
-            lambda: keras_cli.record(runs[1], (pattern, "--scale", "2"), script=SCRIPT),
-        ]
-    )
-    code, report = keras_cli.compare(*runs)
+    args = ((pattern,), (pattern, "--scale", "2"))
+    code, report = keras_cli.compare_pair(tmp_path, SCRIPT, args)
     first = report["first_divergence"]
     assert code == 1
     assert (first["step"], first["phase"], first["kind"]) == (0, "optimizer", "param_grad")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import weakref
 from collections.abc import Callable
 from fnmatch import fnmatchcase
@@ -256,10 +255,10 @@ class KerasRecorder(Instrumentation):
         if mode == EAGER and not s.begin_event():
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if root else (Phase.FORWARD, Kind.INPUT)
-        # (training=None is inference for Keras' layers; a tensor flag is not known here)
-        training = kwargs.get("training")
-        inference = root and (training is None or training is False)
-        note = INFERENCE_CALL if inference else ""
+        # Keras' evaluate(), predict() and validation pass training=False where the model takes
+        # it; a call without it (fit on a model whose call has no training argument, model(x)
+        # in a tape loop) may be training, and a tensor flag is not known here
+        note = INFERENCE_CALL if root and kwargs.get("training") is False else ""
         self.record(mode, phase, kind, name, tensors_of((args, kwargs)), note)
 
     def leave(self, layer: Any, name: str, mode: str, outputs: Any) -> None:
@@ -285,8 +284,7 @@ class KerasRecorder(Instrumentation):
         return name
 
     def _adopt_root(self, root: Any) -> str:
-        label = naming.root_label(root)
-        name = label if not self.roots else f"{label}#{len(self.roots)}"
+        name = self._root_name(root)
         self.roots.append((weakref.ref(root), name))
         self._name_tree(root, name)
         return name
@@ -625,12 +623,14 @@ class KerasRecorder(Instrumentation):
         eager execution, steps per execution), as ``<model>.compile`` in the init phase, at the
         first ``fit()`` and at one after a compile that changed them (the optimizer's own
         settings are recorded at each update; metrics change no weight)."""
-        config = model.get_compile_config() if hasattr(model, "get_compile_config") else None
+        # the arguments as given: serializing them (get_compile_config()) raises on a partial
+        # or a callable object, warns on a lambda and writes its bytecode
+        config = getattr(getattr(model, "_compile_config", None), "config", None)
         if not isinstance(config, dict):
             return
         name = f"{self._root_name(model)}.compile"
         s = self.session
-        settings = {key: _settings_value(config.get(key)) for key in COMPILE_SETTINGS}
+        settings = {key: _compile_value(config.get(key)) for key in COMPILE_SETTINGS}
         fingerprint, text = self.settings(settings)
         if self.compiled_as.get(name) != text and s.wants(name) and s.begin_event():
             self.compiled_as[name] = text
@@ -675,7 +675,7 @@ class KerasRecorder(Instrumentation):
             model = ref()
             if model is None or any(root() is model for root, _ in self.roots):
                 continue
-            label = naming.root_label(model)
+            label = self._root_name(model)
             for index, generator in enumerate(getattr(model, "_seed_generators", [])):
                 state = getattr(generator, "state", None)
                 if state is not None:
@@ -696,10 +696,33 @@ SEVERAL = object()  # a variable's tape gradient when several tape.gradient() ca
 COMPILE_SETTINGS = ("loss", "loss_weights", "jit_compile", "run_eagerly", "steps_per_execution")
 
 
-def _settings_value(value: object) -> object:
-    """A compile setting as a plain value: a serialized loss (a dict) as sorted JSON text."""
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True, default=repr)
+def _compile_value(value: object, depth: int = 0) -> object:
+    """A ``compile()`` argument as values that read the same in every process: a Keras loss
+    object as its class and ``get_config()``, a partial as its function and arguments, a dict
+    as its items sorted by key; functions and other objects are written by the settings writer
+    by name, never by address or code.
+
+    >>> _compile_value({"b": functools.partial(max, 1), "a": [0.5, "mse"]})
+    [('a', [0.5, 'mse']), ('b', ('partial', <built-in function max>, [1], []))]
+    """
+    if value is None or isinstance(value, (bool, int, float, str)) or depth > 3:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_compile_value(item, depth + 1) for item in value]
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda item: str(item[0]))
+        return [(str(key), _compile_value(item, depth + 1)) for key, item in items]
+    if isinstance(value, functools.partial):
+        arguments = _compile_value(list(value.args), depth + 1)
+        return ("partial", value.func, arguments, _compile_value(value.keywords, depth + 1))
+    get_config = getattr(value, "get_config", None)
+    if callable(get_config) and not isinstance(value, type):
+        try:
+            config = get_config()
+        except Exception:  # (a config that cannot be read: the class name stands for it)
+            config = None
+        if isinstance(config, dict):
+            return (type(value).__name__, _compile_value(config, depth + 1))
     return value
 
 

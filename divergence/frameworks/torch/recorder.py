@@ -33,7 +33,7 @@ from torch.optim.optimizer import (
 from torch.utils.data import dataloader
 
 from divergence.frameworks.adapter import Instrumentation
-from divergence.frameworks.torch import distributed
+from divergence.frameworks.torch import distributed, scaler
 from divergence.frameworks.torch.compiled import (
     NOT_OBSERVED,
     compiled_module,
@@ -87,7 +87,8 @@ class TorchRecorder(Instrumentation):
         )
         self.params = ParameterBook(self.eager_guard(self.after_grad_accumulated))
         self.state_labels: dict[tuple[str, object], str] = {}
-        self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of their records
+        self.optimizer_labels = ClassLabels()  # Adam, Adam#1, GradScaler: names of their records
+        self.optimizer_steps = 0  # optimizer.step() calls that returned
         self.group_settings = GroupSettings(torch.Tensor, self._tensor_setting, _tensor_text)
         # ids of the optimizers whose step() is running, outermost first: LBFGS calls the
         # model inside its own, ZeroRedundancyOptimizer another optimizer's step
@@ -103,7 +104,9 @@ class TorchRecorder(Instrumentation):
         self.stack: list[str] = []
         self.cache = FingerprintCache()
         self.stepped_this_step: set[int] = set()
-        self.optimizers_seen: set[int] = set()  # (their state before the first step: recorded)
+        # optimizers whose state before their first step is recorded (weakly held: a freed
+        # optimizer's id can be a new one's)
+        self.optimizers_seen: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -143,6 +146,7 @@ class TorchRecorder(Instrumentation):
             pending=(PendingSum, resolve_pending),
         )
         self.undo.append(distributed.install(s))  # collectives, DDP buckets, rank metadata
+        scaler.install(self)  # GradScaler's state, and the steps it skips
         settle = self.guard(self.settle_compiled_steps)
         s.on_finish.append(settle)
         self.undo.append(lambda: s.on_finish.remove(settle))
@@ -426,8 +430,8 @@ class TorchRecorder(Instrumentation):
         stepped = self._stepped_parameters(optimizer)
         for name, param in stepped:
             self._add_if_written(Phase.BACKWARD, name, param, s.begin_optimizer_event)
-        if id(optimizer) not in self.optimizers_seen:
-            self.optimizers_seen.add(id(optimizer))
+        if optimizer not in self.optimizers_seen:
+            self.optimizers_seen.add(optimizer)
             self._add_state_held(optimizer, stepped)
         for name, param in stepped:  # (an event of the step this update belongs to: LBFGS
             # reads the gradients of the closure it calls, not these, left by the last step)
@@ -557,6 +561,7 @@ class TorchRecorder(Instrumentation):
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
+        self.optimizer_steps += 1
         self._leave_step(optimizer)
         self.params.stepped(optimizer)  # (also outside --steps: a step is not a write)
         if s.begin_optimizer_event():
@@ -706,7 +711,9 @@ class TorchRecorder(Instrumentation):
             if label == "torch.seed":  # (it returns the seed it drew from the OS)
                 call.update(seed=repr(result), entropy=True)
             elif value is None:  # (the OS gave the seed: the state it left tells runs apart)
-                call.update(entropy=True, state=state_after_seed(label))
+                call["entropy"] = True
+                if state := state_after_seed(label):
+                    call["state"] = state
             session.seeds.append(call)
             return result
 
