@@ -101,9 +101,26 @@ def recording_differences(meta_a: dict[str, object], meta_b: dict[str, object]) 
     differing = []
     for option in SELECTING_OPTIONS:
         value_a, value_b = config_a.get(option), config_b.get(option)
-        if value_a != value_b:
+        if _selects(option, value_a) != _selects(option, value_b):
             differing.append(f"--{option} {_option_text(value_a)} vs {_option_text(value_b)}")
     return "; ".join(differing)
+
+
+def _selects(option: str, value: object) -> object:
+    """What an option's value selects, for comparing two runs': globs as a set (their order
+    selects nothing), ``--steps`` by its start (runs that stop at other steps hold the same
+    records up to the earlier stop: a length divergence says the rest).
+
+    >>> _selects("include", ["b*", "a*"]) == _selects("include", ["a*", "b*"])
+    True
+    >>> _selects("steps", "2:6") == _selects("steps", "2:")
+    True
+    """
+    if isinstance(value, list):
+        return frozenset(map(str, value))
+    if option == "steps" and isinstance(value, str):
+        return value.partition(":")[0] or "0"
+    return value
 
 
 def _option_text(value: object) -> str:

@@ -71,7 +71,16 @@ def test_runs_recorded_with_other_selecting_options_are_refused(
     assert "hint: record both runs with the same --steps" in err[0]
 
 
-def test_runs_with_other_dump_options_compare(tmp_path: Path) -> None:
-    a = write_run(tmp_path / "a", Algorithm.XXH3_64)
-    b = write_run(tmp_path / "b", Algorithm.XXH3_64, dump=True)
+@pytest.mark.parametrize(
+    "options",
+    [{"dump": True}, {"steps": "0:8"}, {"include": ["b*", "a*"]}],
+    ids=["dump", "stop", "glob-order"],
+)
+def test_runs_recorded_with_options_that_select_the_same_records_compare(
+    tmp_path: Path, options: dict[str, object]
+) -> None:
+    """Other --dump options, another --steps stop (the common steps hold the same records),
+    the same globs in another order."""
+    a = write_run(tmp_path / "a", Algorithm.XXH3_64, include=["a*", "b*"])
+    b = write_run(tmp_path / "b", Algorithm.XXH3_64, **{"include": ["a*", "b*"], **options})
     assert compare_runs(a, b).identical
