@@ -514,8 +514,12 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     step = last.step + 1 if last else 0
     common = n - int(np.searchsorted(shorter.step_ends, n))  # (step-end markers are no records)
     divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
+    config = shorter.meta.get("record_config")
+    window = config.get("steps", "") if isinstance(config, dict) else ""
+    stopped = isinstance(window, str) and ":" in window and not window.endswith(":")
+    limited = f" (recorded with --steps {window})" if stopped else ""
     divergence.origin_text = (
-        f"run {which} ends after {shorter.steps_complete} complete steps"
+        f"run {which} ends after {shorter.steps_complete} complete steps{limited}"
         f"{'' if shorter.complete else ' and was not closed (killed or crashed)'}"
         f"{_raised(shorter, ', raising ')}; "
         f"the other run has {longer.steps_complete}; all {common:,} common records match"

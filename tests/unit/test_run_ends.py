@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.compare.engine import compare_runs
+from divergence.record.config import RecordConfig, StepRange
+from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 from tests.unit.written_runs import fingerprint, new_session
 
@@ -46,3 +48,20 @@ def test_an_exception_between_steps_is_named(tmp_path: Path) -> None:
     assert "run B ends after 2 complete steps, raising RuntimeError: boom in a callback" in (
         first.origin_text
     )
+
+
+def test_a_run_recorded_with_a_steps_stop_says_so(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", steps=4)
+    config = RecordConfig(output=str(tmp_path / "b"), steps=StepRange(0, 2))
+    session = Session(config, tmp_path / "b")
+    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    for step in range(4):
+        session.begin_event()
+        session.add(Phase.DATA, Kind.BATCH, "model", fingerprint(10 + step))
+        session.add(Phase.DATA, Kind.BATCH, "model", fingerprint(20 + step))
+        session.add(Phase.OPTIMIZER, Kind.PARAM, "fc.weight", fingerprint(30 + step))
+        session.optimizer_stepped()
+    session.finish()
+    first = compare_runs(a, tmp_path / "b").first
+    assert first is not None and first.reason == "length"
+    assert "run B ends after 2 complete steps (recorded with --steps 0:2)" in first.origin_text
