@@ -48,7 +48,9 @@ def _wrap_step(recorder: TorchRecorder, original: Callable[..., Any]) -> Callabl
     def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         taken = recorder.optimizer_steps
         result = original(scaler, optimizer, *args, **kwargs)
-        if recorder.optimizer_steps == taken and scaler.is_enabled():
+        # (a compiled optimizer.step() is counted later, when its region is settled)
+        stepped = recorder.optimizer_steps != taken or recorder.compiled_steps
+        if not stepped and scaler.is_enabled():
             recorder.guarded_call(skipped, recorder)
         return result
 
