@@ -187,10 +187,11 @@ def finish(output: Path, handshake: Path, status: int, command: list[str]) -> in
         raise _not_started(handshake, status, command)
     if not files:
         _remove_if_empty(output)
-        say(
-            f"no training step was recorded (exit status {status}): no optimizer.step(), module "
-            "forward or divergence.step() was seen"
-        )
+        if status > 128:  # (a signal: what ran before the first step was buffered and lost)
+            why = "it ended before its first step completed (a step is written when it ends)"
+        else:
+            why = "no optimizer.step(), module forward or divergence.step() was seen"
+        say(f"no training step was recorded ({describe_status(status)}): {why}")
         return status if status else 2
     progress = Progress.read(handshake)
     say(f"recorded {progress.line()} into {output}/ ({describe_status(status)})")

@@ -105,6 +105,24 @@ def test_exit_status_of_the_command_is_returned_and_stored(tmp_path: Path) -> No
     assert info["processes"][0]["exit_status"] == 3
 
 
+def test_a_process_killed_before_its_first_step_ended_is_said_to_be(tmp_path: Path) -> None:
+    """Records are written when a step ends: killed inside the first one, nothing is left,
+    and record says it was killed there (not that no forward was seen)."""
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import os, signal, torch\n"
+        "model = torch.nn.Linear(3, 1)\n"
+        "model(torch.ones(2, 3)).sum().backward()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(script))
+    assert result.returncode == 137
+    assert "no training step was recorded (killed by SIGKILL (exit status 137)): it ended " in (
+        result.stderr
+    )
+    assert "before its first step completed" in result.stderr
+
+
 def test_python_without_site_customisation_is_refused_loudly(tmp_path: Path) -> None:
     out = tmp_path / "run"
     result = run_cli("record", "-o", str(out), "--", sys.executable, "-I", str(SCRIPTS / "mlp.py"))
