@@ -36,7 +36,7 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
     keys = sorted(k for k in (set(fa) | set(fb)) - IGNORED if _compared(k))
     pairs = ((k, _normal(fa.get(k), k), _normal(fb.get(k), k)) for k in keys)
     differences = [EnvDifference(k, a, b) for k, a, b in pairs if a != b]
-    return [_seed_calls(d) if d.key == "seeds" else d for d in differences]
+    return [_seed_calls(d) if d.key in CALL_LISTS else d for d in differences]
 
 
 def _compared(key: str) -> bool:
@@ -54,8 +54,11 @@ def _compared(key: str) -> bool:
     return not key.startswith("env.") or matters(key[4:])
 
 
+CALL_LISTS = ("seeds", "rng_restores")  # metadata lists of calls, shown call by call
+
+
 def _seed_calls(difference: EnvDifference) -> EnvDifference:
-    """Only the seeding calls that differ, written as calls.
+    """Only the seeding (or state-restoring) calls that differ, written as calls.
 
     >>> a = [{"call": "random.seed", "seed": "0", "step": 0}]
     >>> _seed_calls(EnvDifference("seeds", a, [{**a[0], "seed": "7"}]))
@@ -64,6 +67,9 @@ def _seed_calls(difference: EnvDifference) -> EnvDifference:
     EnvDifference(key='seeds', a='tf.random.set_seed(1)', b='no call')
     >>> _seed_calls(EnvDifference("seeds", 3, [])).a  # not a list of calls: shown as it is
     3
+    >>> restore = {"call": "torch.set_rng_state", "state": "6f87d17475ee6122", "step": 0}
+    >>> _seed_calls(EnvDifference("rng_restores", [restore], None)).a
+    'torch.set_rng_state(a state 6f87d17475ee6122) at step 0'
     """
     a, b = difference.a or [], difference.b or []
     if not isinstance(a, list) or not isinstance(b, list):
@@ -77,13 +83,15 @@ def _seed_calls(difference: EnvDifference) -> EnvDifference:
             shown_b.append(call_b)
     if not shown_a:  # they differ in something a call does not show: keep it all
         return difference
-    return EnvDifference("seeds", _some(shown_a), _some(shown_b))
+    return EnvDifference(difference.key, _some(shown_a), _some(shown_b))
 
 
 def _seed_call(call: Any) -> str:
     if not isinstance(call, dict):
         return str(call)
     step = f" at step {call['step']}" if call.get("step") is not None else ""
+    if "seed" not in call:  # a restored state (rng_restores)
+        return f"{call.get('call')}(a state {call.get('state') or 'not read'}){step}"
     if call.get("entropy") and call.get("state"):  # a seed the OS gave: the state it left
         return f"{call.get('call')}() from OS entropy (state {call['state']}){step}"
     if call.get("entropy"):  # (the seed it drew)
@@ -92,6 +100,15 @@ def _seed_call(call: Any) -> str:
 
 
 def _some(calls: list[str], limit: int = 2) -> str:
+    """The first calls, and how many more.
+
+    >>> _some(["random.seed(0)", "numpy.random.seed(0)", "torch.manual_seed(0)"])
+    'random.seed(0); numpy.random.seed(0) (+1 more)'
+    >>> _some(["no call"] * 3)
+    'no call'
+    """
+    if set(calls) == {"no call"}:
+        return "no call"
     more = f" (+{len(calls) - limit} more)" if len(calls) > limit else ""
     return "; ".join(calls[:limit]) + more
 

@@ -12,6 +12,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
+from divergence.compare.environment import CALL_LISTS
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.record.hyperparameters import differing_settings
@@ -640,7 +641,7 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     nothing matched."""
     keys = [e.key for e in environment]
     keys += [f"rng.{evidence.split(' ')[0]}" for evidence in divergence.rng_evidence]
-    seeded_alike = not any(key == "seeds" or key.startswith("rng.") for key in keys)
+    seeded_alike = not any(key in CALL_LISTS or key.startswith("rng.") for key in keys)
     divergence.facts["generators"] = "matched" if seeded_alike else "differed"
     conditions = (divergence.reason, divergence.kind, divergence.location, keys, divergence.phase)
     cause = match_cause(*conditions, facts=divergence.facts)

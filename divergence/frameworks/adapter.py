@@ -14,13 +14,14 @@ guard that turns a recorder bug into a stopped recording instead of a crashed tr
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from divergence.record.rng import HostGenerators
+from divergence.record.rng import HostGenerators, numpy_state, python_state, restoring
 from divergence.record.session import Session
 
 
@@ -49,6 +50,18 @@ class Instrumentation:
         setattr(owner, attr, wrapper(original))
         self.undo.append(lambda: setattr(owner, attr, original))
 
+    def patch_restore(
+        self,
+        owner: Any,
+        attr: str,
+        label: str,
+        read_state: Callable[[tuple[Any, ...], dict[str, Any]], str],
+    ) -> None:
+        """Wrap the generator-state setter ``owner.attr`` so that a state the program restores
+        (a checkpoint's) is noted in the metadata's ``rng_restores``: see
+        :func:`~divergence.record.rng.restoring`."""
+        self.patch(owner, attr, functools.partial(restoring, self.session, label, read_state))
+
     def register(
         self,
         *,
@@ -59,10 +72,13 @@ class Instrumentation:
     ) -> None:
         """Join the session: step-start records, metadata, ``divergence.probe`` and a resolver
         for the framework's pending device fingerprints. ``np.random.set_state`` is wrapped so
-        that :attr:`host_generators` reads numpy's state in full after it."""
+        that :attr:`host_generators` reads numpy's state in full after it; it and
+        ``random.setstate`` note the states the program restores."""
         s = self.session
         for module in (np.random, np.random.mtrand):
             self.patch(module, "set_state", self.host_generators.forgetting)
+            self.patch_restore(module, "set_state", "numpy.random.set_state", numpy_state)
+        self.patch_restore(random, "setstate", "random.setstate", python_state)
         s.on_step_start.append(step_start)
         s.metadata_providers.append(metadata)
         s.probe_handlers.insert(0, probe)

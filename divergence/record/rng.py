@@ -20,7 +20,7 @@ from typing import Any, cast
 import numpy as np
 
 from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
-from divergence.record.session import Fingerprint
+from divergence.record.session import Fingerprint, Session
 
 # The names of every generator-state record (here, frameworks/torch/recorder.py and
 # frameworks/tensorflow/rng.py), for filters that must keep them (a hunt's zoom).
@@ -172,6 +172,67 @@ class HostGenerators:
             return set_state(*args, **kwargs)
 
         return wrapper
+
+
+RESTORES_KEPT = 64  # a program restoring a state at every step: its first restores tell enough
+# Callers whose restores are the library's own (torch's fork_rng and activation checkpointing
+# replay a state they saved a moment before), not a state the program brings back.
+LIBRARY_CALLERS = ("torch", "numpy", "random", "tensorflow", "keras", "divergence")
+
+
+def restoring(
+    session: Session,
+    label: str,
+    read_state: Callable[[tuple[Any, ...], dict[str, Any]], str],
+    set_state: Callable[..., Any],
+) -> Callable[..., Any]:
+    """A patch for a generator-state setter (``torch.set_rng_state``, ``random.setstate``...):
+    a state the program restores, typically a checkpoint's when resuming, is noted in
+    ``session.rng_restores`` as ``{"call", "state", "step"}``, ``state`` being
+    ``read_state(args, kwargs)`` (its fingerprint, "" when it cannot be read: this runs inside
+    the program's own call, which must not fail). Restores from inside the libraries of
+    :data:`LIBRARY_CALLERS` are left out, and only the first :data:`RESTORES_KEPT` kept.
+
+    >>> from divergence.record.config import RecordConfig
+    >>> session = Session(RecordConfig(), "/tmp/x")
+    >>> setstate = restoring(session, "random.setstate", python_state, random.setstate)
+    >>> saved = random.Random(0).getstate()
+    >>> program = {"__name__": "__main__", "setstate": setstate, "saved": saved}
+    >>> exec("setstate(saved)", program); session.rng_restores
+    [{'call': 'random.setstate', 'state': '6f87d17475ee6122', 'step': 0}]
+    >>> setstate(random.getstate()); len(session.rng_restores)  # (a call from divergence.*)
+    1
+    """
+
+    @functools.wraps(set_state)
+    def restore(*args: Any, **kwargs: Any) -> Any:
+        result = set_state(*args, **kwargs)
+        if len(session.rng_restores) < RESTORES_KEPT and _program_called(sys._getframe(1)):
+            try:
+                state = read_state(args, kwargs)
+            except Exception:
+                state = ""
+            step = session.current_step
+            session.rng_restores.append({"call": label, "state": state, "step": step})
+        return result
+
+    return restore
+
+
+def python_state(_args: tuple[Any, ...], _kwargs: dict[str, Any]) -> str:
+    """The fingerprint of python's global generator state now (a ``read_state`` of
+    :func:`restoring`)."""
+    return state_after_seed("random.seed")
+
+
+def numpy_state(_args: tuple[Any, ...], _kwargs: dict[str, Any]) -> str:
+    """The fingerprint of numpy's global generator state now."""
+    return state_after_seed("numpy.random.seed")
+
+
+def _program_called(frame: Any) -> bool:
+    module = str(frame.f_globals.get("__name__", ""))
+    return not any(module == lib or module.startswith(f"{lib}.") for lib in LIBRARY_CALLERS)
 
 
 def _numpy_state() -> tuple[Any, ...]:

@@ -90,6 +90,8 @@ class Session:
         self.writer: RunFileWriter | None = None
         self.records_written = 0
         self.seeds: list[dict[str, Any]] = []
+        # generator states the program restored (a checkpoint's): {"call", "state", "step"}
+        self.rng_restores: list[dict[str, Any]] = []
         self.rank: int | None = None  # the process group's rank, set by a framework adapter
         # python's and numpy's generator states when the process started, by fingerprint
         # (only when recording started before the program ran: `diverge record`)
@@ -318,6 +320,8 @@ class Session:
         for provider in self.metadata_providers:
             meta.update(provider())
         meta["seeds"] = self.seeds
+        if self.rng_restores:
+            meta["rng_restores"] = self.rng_restores
         if self.host_generators_at_start:
             meta["rng_at_start"] = self.host_generators_at_start
         return meta
