@@ -46,14 +46,21 @@ With ``p`` the number of stored mantissa bits of the (component) float format:
 * ``large limit`` = ``max(noise limit, 2**(p - 7))`` ULPs, i.e. a relative change of about
   ``2**-7`` (0.8%) or more: ``2**16`` for float32, ``2**45`` for float64 and the noise limit
   for the 16- and 8-bit formats.
+* ``reduction limit`` = ``max(noise limit, min(1024, 2**(p - 7)))`` ULPs: 1024 for float32
+  and float64, the noise limit for the 16- and 8-bit formats. A reordered sum of ``N`` terms
+  moves its result by about ``sqrt(N)`` ULPs of its terms' scale (a convolution's weight
+  gradient, 65 k terms a sum, moved by ~100 ULPs of its largest value between 1 and 2
+  threads), so 1024 covers reductions of about a million terms.
 * A changed element is **within noise** when it is finite in both runs or infinite in both,
-  and it moved by at most the noise limit in ULPs counted either at its own magnitude (the
-  ULP distance) or at the tensor's scale: ``|a - b| <= noise limit * ulp(scale)``, where
+  and it moved by at most the noise limit in ULPs at its own magnitude (the ULP distance) or
+  by at most the reduction limit in ULPs at the tensor's scale:
+  ``|a - b| <= reduction limit * ulp(scale)``, where
   ``scale`` is the largest finite magnitude in either run and ``ulp(x)`` the spacing of the
   format's representable values at ``x``. The second clause covers
   cancellation: the rounding error of a sum is proportional to its terms, not to its result,
   so small outputs of a reordered reduction (a matmul, a norm) move by many of their own ULPs
-  and may even change sign, while staying within a few ULPs of the tensor's largest value.
+  and may even change sign, while staying within the reduction limit of the tensor's largest
+  value.
 * A changed element is **large** when it changes between finite and infinite, or when it
   is not within noise and its ULP distance exceeds the large limit.
 
@@ -431,7 +438,7 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
             noise = own_noise
         else:  # only now pay for a pass over the whole tensor to find its scale
             scale = max(max_finite_magnitude(bits_a, fmt), max_finite_magnitude(bits_b, fmt))
-            noise = own_noise | (diff <= fmt.noise_ulp * fmt.spacing(scale))
+            noise = own_noise | (diff <= fmt.reduction_noise_ulp * fmt.spacing(scale))
         if nan_mismatch == 0 and bool(noise.all()):
             reading = "reduction-order noise"
         else:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from divergence.compare.float_formats import FLOAT_FORMATS
 from divergence.compare.numeric import NumericDiff, decode_float64, numeric_diff
 
 NOISE = "reduction-order noise"
@@ -233,6 +234,26 @@ def test_scale_ignores_inf_and_nan(
     assert d.reading == NOISE
     b[len(big)] = b[len(big)] + 1  # plus a 1-ULP change of the 1.0 itself: still noise
     assert numeric_diff(a, b, dtype).reading == NOISE
+
+
+def test_a_deep_reduction_split_in_two_reads_as_noise() -> None:
+    # A convolution's weight gradient on 2 threads: each half of 65536 products summed on its
+    # own, then the halves added. Tens of ULPs of the largest sum, past the 16-ULP own limit.
+    rng = np.random.default_rng(0)
+    terms = (rng.standard_normal((65536, 64)) * rng.standard_normal((65536, 64))).astype("f4")
+    one_thread = np.cumsum(terms, axis=0, dtype=np.float32)[-1]
+    halves = [np.cumsum(half, axis=0, dtype=np.float32)[-1] for half in np.split(terms, 2)]
+    d = numeric_diff(one_thread, halves[0] + halves[1], "float32")
+    spacing = FLOAT_FORMATS["float32"].spacing(float(np.abs(one_thread).max()))
+    assert 16 < np.abs(one_thread - halves[0] - halves[1]).max() / spacing < 1024
+    assert d.reading == NOISE
+
+
+def test_changes_past_the_reduction_limit_are_not_noise() -> None:
+    a = np.linspace(-1.0, 1.0, 1000, dtype=np.float32)
+    b = a.copy()
+    b[10:500] += np.float32(2000 * 2.0**-23)  # 2000 ULPs of the largest value (1.0)
+    assert numeric_diff(a, b, "float32").reading == "mixed"
 
 
 def test_sign_flip_far_from_zero_is_not_noise() -> None:
