@@ -142,13 +142,15 @@ def test_a_batch_under_random_str_hashes_adds_pythonhashseed_to_its_cause(
     name: str, evidence: list[str], cause: str
 ) -> None:
     """PYTHONHASHSEED is a second suspect for a batch (the cause itself is unchanged), and only
-    when str hashes were randomised and the batches have the same shape and dtype."""
+    when str hashes were randomised, the batches have the same shape and dtype and the seed
+    calls and generator states matched (else a generator is the suspect)."""
+    generators = "differed" if evidence else "matched"
     for str_hash in ("random", "fixed"):
-        facts = {"str_hash": str_hash, "layout": "same"}
+        facts = {"str_hash": str_hash, "layout": "same", "generators": generators}
         found = match_cause("value", "batch", name, evidence, "data", facts=facts)
         assert found is not None and found.cause == cause
         hints = matching_hints("value", "batch", name, evidence, "data", facts=facts)
-        assert len(hints) == (str_hash == "random")
+        assert len(hints) == (str_hash == "random" and not evidence)
     facts = {"str_hash": "random", "layout": "shape"}
     assert matching_hints("value", "batch", name, evidence, "data", facts=facts) == []
     assert matching_hints("value", "output", "fc", [], "forward", {"str_hash": "random"}) == []

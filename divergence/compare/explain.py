@@ -41,7 +41,7 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     kind, step = Kind(records["kind"][row]), divergence.step
     same_step = np.flatnonzero(records["step"][:row] == step)
     previous = _describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
-    divergence.facts.update(_run_facts(run.meta))
+    divergence.facts.update(run_facts(run.meta))
     divergence.facts["layout"] = _layout(divergence)
     if divergence.phase == Phase.INIT.label:
         divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
@@ -402,16 +402,24 @@ def _layout(divergence: Divergence) -> str:
     return "shape" if a.shape != b.shape else "dtype"
 
 
-def _run_facts(meta: dict[str, object]) -> dict[str, str]:
+def run_facts(meta: dict[str, object]) -> dict[str, str]:
+    """What every divergence in a run shares: its device, framework and str hashing."""
     devices, env = meta.get("devices"), meta.get("env")
     cuda = isinstance(devices, dict) and bool(devices.get("cuda"))
     # Unset (or "random"), each process draws its own secret for str and bytes hashes.
     hash_seed = env.get("PYTHONHASHSEED", "") if isinstance(env, dict) else ""
-    return {
+    facts = {
         "device": "cuda" if cuda else "cpu",
         "framework": str(meta.get("framework", "")),
         "str_hash": "random" if hash_seed in ("", "random") else "fixed",
     }
+    if facts["framework"] == "tensorflow":  # (keras.utils.set_random_seed calls it too)
+        seeds = meta.get("seeds")
+        calls = (
+            [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
+        )
+        facts["global_seed"] = "set" if "tf.random.set_seed" in calls else "unset"
+    return facts
 
 
 def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:

@@ -10,7 +10,7 @@ True
 >>> match_cause("value", "op_output", "emb/aten.index_add.default", [], "backward",
 ...             facts={"op": "aten.index_add.default", "device": "cuda"}).cause
 'compute'
->>> facts = {"str_hash": "random", "layout": "same"}
+>>> facts = {"str_hash": "random", "layout": "same", "generators": "matched"}
 >>> matching_hints("value", "batch", "Net", [], "data", facts)[0][:26]
 'PYTHONHASHSEED was not set'
 """
@@ -42,6 +42,7 @@ LIST_FIELDS = (
     "gradients",
     "batches",
     "generators",
+    "global_seeds",
 )
 COMPUTE_KINDS = (
     "output",
@@ -79,6 +80,7 @@ class Cause:
     gradients: tuple[str, ...] = ()  # an update's gradient: "edited" and not fingerprinted
     batches: tuple[str, ...] = ()  # a model's batch: "after_model" (another ran before it)
     generators: tuple[str, ...] = ()  # "matched": same seed calls, no generator state differed
+    global_seeds: tuple[str, ...] = ()  # "unset": a TF run that never set TF's global seed
     holds_for: str = ""
 
     def applies(
@@ -106,6 +108,7 @@ class Cause:
             and _holds(self.gradients, facts.get("gradient", ""))
             and _holds(self.batches, facts.get("batch", ""))
             and _holds(self.generators, facts.get("generators", ""))
+            and _holds(self.global_seeds, facts.get("global_seed", ""))
         )
 
 

@@ -35,7 +35,7 @@ from divergence.compare.engine import (
     script_difference,
 )
 from divergence.compare.environment import environment_differences
-from divergence.compare.explain import classify
+from divergence.compare.explain import classify, run_facts
 from divergence.compare.model import Comparison, Divergence, ProcessComparison
 from divergence.errors import CorruptRunError, IncomparableRunsError, UsageError
 from divergence.store.reader import RunFile, read_meta
@@ -160,6 +160,8 @@ def _compare_pair(
             Kind.COLLECTIVE_OUT.label,
         ):
             explain_collective(first, file_a)
+        for fact, value in run_facts(file_a.meta).items():  # (a value divergence has them)
+            first.facts.setdefault(fact, value)
         first.cause, first.cause_text = classify(first, environment)
     # (the command's exit status is in every file: said once)
     comparison.notes.extend(

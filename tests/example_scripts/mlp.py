@@ -22,6 +22,7 @@ Settings a config file would hold, read from the environment (so the command lin
   MLP_CLIP=X          clip_grad_norm_(max_norm=X) between backward() and step()
   MLP_UNSEEDED_HOST=1 leave python's and numpy's generators unseeded (neither is drawn from)
   MLP_LOADER_SEED=S   seed the DataLoader's generator with S (default: --seed)
+  MLP_KEEP_GRAD_AT=K  skip opt.zero_grad() at step K (its gradients add to step K-1's)
 """
 
 from __future__ import annotations
@@ -185,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
             lr = float(os.environ.get("MLP_LR", "0.1"))
             opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         model.train()
+        keep_grad_at = int(os.environ.get("MLP_KEEP_GRAD_AT", "-1"))
         for step in range(args.steps):
-            opt.zero_grad()
+            if step != keep_grad_at:
+                opt.zero_grad()
             for micro in range(args.accumulate):
                 model.set_step(step, micro)
                 x, y = next(data)

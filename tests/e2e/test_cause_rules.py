@@ -1,0 +1,53 @@
+"""Causes named for divergences the recorder sees only through their effect: a gradient left to
+accumulate (zero_grad skipped), and module calls in the order of a set of strings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import SCRIPTS, Recorder, compare_json, run_cli
+
+
+def test_a_skipped_zero_grad_is_named_not_blamed_on_the_backward(record: Recorder) -> None:
+    a = record("mlp.py")
+    b = record("mlp.py", env={"MLP_KEEP_GRAD_AT": "2"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["phase"], first["kind"]) == (
+        2, "backward", "param_grad",
+    )  # fmt: skip
+    assert first["cause"] == "gradients" and "zero_grad skipped" in first["cause_text"]
+
+
+def hash_seeds_with_other_set_orders() -> tuple[str, str]:
+    """Two PYTHONHASHSEED values under which set_order.py's set iterates in other orders."""
+    code = "from set_order import NAMES; print(list(set(NAMES)))"
+    orders: dict[str, str] = {}
+    for seed in map(str, range(1, 20)):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(SCRIPTS)}
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+        order = result.stdout.decode()
+        first = next(iter(orders.values()), order)
+        if order != first:
+            return next(iter(orders)), seed
+        orders[seed] = order
+    raise AssertionError("no two hash seeds gave other orders")
+
+
+def test_another_hash_seed_is_named_for_a_set_iterated_in_another_order(
+    tmp_path: Path,
+) -> None:
+    runs = []
+    for name, seed in zip("ab", hash_seeds_with_other_set_orders(), strict=True):
+        run = tmp_path / name
+        command = (sys.executable, str(SCRIPTS / "set_order.py"))
+        result = run_cli("record", "-o", str(run), "--", *command, env={"PYTHONHASHSEED": seed})
+        assert result.returncode == 0, result.stderr
+        runs.append(run)
+    code, report = compare_json(*runs)
+    first = report["first_divergence"]
+    assert code == 1 and (first["reason"], first["step"]) == ("structure", 0)
+    assert first["cause"] == "structure" and "PYTHONHASHSEED differs" in first["cause_text"]
