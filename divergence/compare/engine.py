@@ -493,10 +493,10 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
         )
     if probe.kind == Kind.OPTIM_STATE.label and probe.phase == Phase.INIT.label:
         return (
-            f"run {which}'s optimizer held state for `{probe.name.split('/')[0]}` before its "
-            f"first step (step {probe.step}): loaded with optimizer.load_state_dict from a "
-            "checkpoint, or kept from steps before recording began; the other run's optimizer "
-            "started empty"
+            f"run {which}'s optimizer held state (`{probe.name}`) before its first step (step "
+            f"{probe.step}): loaded from a checkpoint (optimizer.load_state_dict, "
+            "keras.models.load_model), or kept from steps before recording began; the other "
+            "run's optimizer started empty"
         )
     if probe.kind == Kind.BATCH.label and probe.name == SAMPLE_WEIGHT:
         return (

@@ -550,9 +550,9 @@ def _origin_outside(kind: Kind, name: str, step: int, late: bool = False) -> str
         return f"before step {step} started: the {name} generator state differs"
     if kind == Kind.OPTIM_STATE:
         return (
-            f"before the first optimizer step recorded: the state the optimizer held for "
-            f"{_code(name.split('/')[0])} differs (loaded with optimizer.load_state_dict from "
-            "a checkpoint, or kept from steps before recording began)"
+            f"before the first optimizer step recorded: the state the optimizer held "
+            f"({_code(name)}) differs (loaded from a checkpoint: optimizer.load_state_dict, "
+            "keras.models.load_model; or kept from steps before recording began)"
         )
     if kind == Kind.BATCH and name in LOSS_INPUTS:
         what = "targets (labels)" if name == TARGETS else "sample weights (or class weights)"

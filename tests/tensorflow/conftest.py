@@ -99,6 +99,7 @@ class KerasCli:
 
     record = staticmethod(record)
     plain = staticmethod(plain)
+    child_env = staticmethod(child_env)
     compare = staticmethod(compare)
     in_parallel = staticmethod(in_parallel)
     compare_pair = staticmethod(compare_pair)

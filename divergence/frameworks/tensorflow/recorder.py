@@ -115,6 +115,7 @@ class KerasRecorder(Instrumentation):
         self.returned: dict[str, int] = {}
         self.layer_calls = 0
         self.fit_models: list[weakref.ref[Any]] = []  # models whose fit() ran
+        self.optimizers_held: weakref.WeakSet[Any] = weakref.WeakSet()  # state recorded at fit
         self.compiled_as: dict[str, str] = {}  # model name -> the compile settings last recorded
 
     # --- installation ---------------------------------------------------------------------
@@ -609,6 +610,7 @@ class KerasRecorder(Instrumentation):
         if not any(ref() is model for ref in self.fit_models):
             self.fit_models.append(weakref.ref(model))
         self._record_compile_settings(model)
+        self._record_state_held(getattr(model, "optimizer", None))
         per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
         if per_execution > 1:
             self.note(
@@ -635,6 +637,24 @@ class KerasRecorder(Instrumentation):
         if self.compiled_as.get(name) != text and s.wants(name) and s.begin_event():
             self.compiled_as[name] = text
             s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=text)
+
+    def _record_state_held(self, optimizer: Any) -> None:
+        """The variables an optimizer holds when the first ``fit()`` that trains with it starts,
+        as ``<label>.<variable path>`` in the init phase (``Adam.adam/iteration``): a model
+        loaded with its optimizer's state (``load_model``, a checkpoint) holds the steps it took
+        and its slots, a freshly compiled one none, so a resumed run that recompiled, or loaded
+        another state, is told apart before the first update reads it. The learning rate is a
+        setting (recorded with the others at each update). Custom loops are not covered: their
+        first ``apply_gradients`` is traced, and builds the optimizer there."""
+        if optimizer is None or optimizer in self.optimizers_held:
+            return
+        self.optimizers_held.add(optimizer)
+        label, s = self.optimizer_labels.of(optimizer), self.session
+        learning_rate = getattr(optimizer, "_learning_rate", None)
+        for variable in getattr(optimizer, "variables", None) or []:
+            name = f"{label}.{variable.path}"
+            if variable is not learning_rate and s.wants(name) and s.begin_event():
+                self.record(EAGER, Phase.INIT, Kind.OPTIM_STATE, name, [read_variable(variable)])
 
     def _root_name(self, model: Any) -> str:
         """The name the model has as a root, or would get as the next one."""
