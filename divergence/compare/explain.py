@@ -651,6 +651,11 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     keys += [f"rng.{evidence.split(' ')[0]}" for evidence in divergence.rng_evidence]
     seeded_alike = not any(key in CALL_LISTS or key.startswith("rng.") for key in keys)
     divergence.facts["generators"] = "matched" if seeded_alike else "differed"
+    if (
+        divergence.facts.get("layout") == "same"
+        and getattr(divergence.numeric, "mismatched", 1) == 0
+    ):
+        divergence.facts["layout"] = "strides"  # the dumps' bits are equal: only the layout is not
     conditions = (divergence.reason, divergence.kind, divergence.location, keys, divergence.phase)
     cause = match_cause(*conditions, facts=divergence.facts)
     divergence.evidence = _evidence(divergence, environment, cause)

@@ -51,3 +51,23 @@ def test_another_hash_seed_is_named_for_a_set_iterated_in_another_order(
     first = report["first_divergence"]
     assert code == 1 and (first["reason"], first["step"]) == ("structure", 0)
     assert first["cause"] == "structure" and "PYTHONHASHSEED differs" in first["cause_text"]
+
+
+def test_a_model_in_another_memory_format_is_named_by_its_layout(record: Recorder) -> None:
+    """channels_last in one run only: the initial weights hold the same elements in another
+    layout. With their elements dumped compare says so; without, it says it may be so."""
+    contiguous = {"PATTERN_CONTIGUOUS_MODEL": "1"}
+    dumped = ("--dump", "--dump-steps", "0:1")
+    a = record("patterns.py", "channels_last", options=dumped)
+    b = record("patterns.py", "channels_last", env=contiguous, options=dumped)
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["phase"], first["kind"]) == (0, "init", "param")
+    assert first["cause"] == "configuration" and "memory layouts differ" in first["cause_text"]
+    code, report = compare_json(
+        record("patterns.py", "channels_last"),
+        record("patterns.py", "channels_last", env=contiguous),
+    )
+    first = report["first_divergence"]
+    assert code == 1 and first["cause"] == "initialisation"
+    assert "another memory layout" in first["cause_text"]

@@ -16,7 +16,8 @@
 * ``inference``: an evaluation under ``torch.inference_mode()`` after each step (tensors without
   a version counter);
 * ``fused``: ``AdamW(fused=True)`` (its step counts are tensors too);
-* ``channels_last``: a conv net in channels-last memory format;
+* ``channels_last``: a conv net in channels-last memory format (the model only, and contiguous
+  with ``PATTERN_CONTIGUOUS_MODEL=1`` in the environment);
 * ``max_norm``: ``nn.Embedding(max_norm=1.0)``, which renormalises the rows it reads in place, in
   its own forward, and an evaluation after each step (so that write is seen at the next call).
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 
 import torch
 from torch import nn
@@ -100,6 +102,8 @@ def build(pattern: str) -> nn.Module:
     if pattern == "channels_last":
         convolution = (nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
         model = nn.Sequential(*convolution, nn.Flatten(), nn.Linear(4, 2))
+        if os.environ.get("PATTERN_CONTIGUOUS_MODEL"):
+            return model
         return model.to(memory_format=torch.channels_last)
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 
