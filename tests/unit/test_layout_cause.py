@@ -41,7 +41,9 @@ def test_another_shape_or_dtype_is_configuration(
     b = write_run(tmp_path / "b", phase, kind, dtype, shape)
     first = compare_runs(a, b).first
     assert first is not None and first.reason == "value"
-    assert first.cause == "configuration" and "shape or dtype differs" in first.cause_text
+    what = "shape differs" if dtype == "float32" else "dtype differs"
+    assert first.cause == "configuration" and f"tensor's {what}" in first.cause_text
+    assert ("both shapes" if dtype == "float32" else "both dtypes") in first.cause_text
 
 
 def test_the_same_shape_keeps_the_cause_of_its_kind(tmp_path: Path) -> None:
