@@ -87,6 +87,8 @@ def verdict(c: Comparison) -> Text:
     key = note_parts(first.a.note)[0] if first.a is not None else ""
     what = f"{first.kind.replace('_', ' ')}{f' ({key})' if key else ''}"
     where = f"{what} of {first.location}" if first.location else "the end"
+    if first.a is not None and first.a.name == first.location and first.location:
+        where = first.a.label  # (with its slot: "batch 2 of M", as the probe line says)
     origin = {True: "origin", False: "propagated", None: "origin not probed"}[first.origin]
     if first.reason == "length":
         return Text(

@@ -504,7 +504,7 @@ def test_outputs_in_a_dict_or_a_namedtuple_are_named_by_key(record: Recorder) ->
     assert place(first) == (0, "forward", "output", "trunk")
     assert (first["slot"], first["a"]["note"]) == (1, "key=norm")
     result = run_cli("compare", str(a), str(record("dict_outputs.py", env={"DICT_SHIFT": "1e-3"})))
-    assert result.stdout.startswith("DIVERGED (value) at step 0, forward: output (norm) of trunk")
+    assert result.stdout.startswith("DIVERGED (value) at step 0, forward: output 1 (norm) of trunk")
     shown = run_cli("show", str(a), "--step", "0", "--probe", "Net").stdout
     assert "key=cls" in shown and "key=reg" in shown
 
