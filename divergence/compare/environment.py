@@ -35,7 +35,7 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
     fa, fb = flatten(a), flatten(b)
     keys = sorted(k for k in (set(fa) | set(fb)) - IGNORED if _compared(k))
     pairs = ((k, _normal(fa.get(k), k), _normal(fb.get(k), k)) for k in keys)
-    differences = [EnvDifference(k, a, b) for k, a, b in pairs if a != b]
+    differences = [EnvDifference(k, a, b) for k, a, b in pairs if a != b and _known(k, a, b)]
     return [_seed_calls(d) if d.key in CALL_LISTS else d for d in differences]
 
 
@@ -55,6 +55,16 @@ def _compared(key: str) -> bool:
 
 
 CALL_LISTS = ("seeds", "rng_restores")  # metadata lists of calls, shown call by call
+
+
+def _known(key: str, a: Any, b: Any) -> bool:
+    """Whether both runs recorded a value worth comparing: a script digest only when both
+    have one (none for ``python -c``, nor in runs recorded before 0.8.0).
+
+    >>> _known("script_digest", "", "1f2e3d4c5b6a7980"), _known("argv", None, ["x.py"])
+    (False, True)
+    """
+    return key != "script_digest" or bool(a and b)
 
 
 def _seed_calls(difference: EnvDifference) -> EnvDifference:

@@ -8,6 +8,7 @@ Framework modules add their own versions, thread counts and determinism switches
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import platform
@@ -76,12 +77,34 @@ def matters(name: str) -> bool:
     return not (name.startswith(TERRAFORM) or name in TERRAFORM_EXACT)
 
 
+SCRIPT_LIMIT = 16 << 20  # a script larger than this is not read
+
+
+def script_digest() -> str:
+    """The first 16 hex digits of the SHA-256 of the file ``__main__`` runs (the script, or
+    the module of ``python -m``), so that two runs of scripts with one name but other code tell
+    apart; "" without one (``python -c``, an interactive session) or when it cannot be read.
+
+    >>> len(script_digest()) in (0, 16)
+    True
+    """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        if not path or os.path.getsize(path) > SCRIPT_LIMIT:
+            return ""
+        with open(path, "rb") as file:
+            return hashlib.sha256(file.read()).hexdigest()[:16]
+    except OSError:
+        return ""
+
+
 def process_metadata(start_time: float) -> dict[str, Any]:
     """Command line, host, interpreter and environment of this process."""
     return {
         "diverge_version": __version__,
         "command": list(getattr(sys, "orig_argv", sys.argv)),
         "argv": list(sys.argv),
+        "script_digest": script_digest(),
         "cwd": os.getcwd(),
         "pid": os.getpid(),
         # multiprocessing's creation order of this process ([2]: the parent's second child;

@@ -71,3 +71,36 @@ def test_a_model_in_another_memory_format_is_named_by_its_layout(record: Recorde
     first = report["first_divergence"]
     assert code == 1 and first["cause"] == "initialisation"
     assert "another memory layout" in first["cause_text"]
+
+
+SCRIPT = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    optimizer.zero_grad()
+    (model(torch.ones(3, 4)).square().mean(){edit}).backward()
+    optimizer.step()
+"""
+
+
+def test_a_script_edited_between_the_runs_is_named(tmp_path: Path) -> None:
+    """Scripts of one name in other folders: the same code compares identical; other code is
+    named as such (it was a structure or compute divergence with no environment difference)."""
+    runs = {}
+    for name, edit in (("a", ""), ("same", ""), ("edited", " * 2")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "train.py").write_text(SCRIPT.format(edit=edit))
+        runs[name] = folder / "run"
+        command = ("--", sys.executable, "train.py")
+        result = run_cli("record", "-o", str(runs[name]), *command, cwd=folder)
+        assert result.returncode == 0, result.stderr
+    code, report = compare_json(runs["a"], runs["same"])
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+    code, report = compare_json(runs["a"], runs["edited"])
+    first = report["first_divergence"]
+    assert code == 1 and first["cause"] == "configuration"
+    assert "script's code differs" in first["cause_text"]
+    assert "script_digest" in [d["key"] for d in report["environment_differences"]]
