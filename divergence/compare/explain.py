@@ -402,8 +402,11 @@ def _layout(divergence: Divergence) -> str:
     return "shape" if a.shape != b.shape else "dtype"
 
 
+LOADER_SEED = "DataLoader epoch base seed"  # its seeds call (frameworks/torch/recorder.py)
+
+
 def run_facts(meta: dict[str, object]) -> dict[str, str]:
-    """What every divergence in a run shares: its device, framework and str hashing."""
+    """What every divergence in a run shares: its device, framework, str hashing and seeds."""
     devices, env = meta.get("devices"), meta.get("env")
     cuda = isinstance(devices, dict) and bool(devices.get("cuda"))
     # Unset (or "random"), each process draws its own secret for str and bytes hashes.
@@ -413,12 +416,12 @@ def run_facts(meta: dict[str, object]) -> dict[str, str]:
         "framework": str(meta.get("framework", "")),
         "str_hash": "random" if hash_seed in ("", "random") else "fixed",
     }
+    seeds = meta.get("seeds")
+    calls = [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
     if facts["framework"] == "tensorflow":  # (keras.utils.set_random_seed calls it too)
-        seeds = meta.get("seeds")
-        calls = (
-            [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
-        )
         facts["global_seed"] = "set" if "tf.random.set_seed" in calls else "unset"
+    if LOADER_SEED in calls:  # (the same in both runs when the generators fact is "matched")
+        facts["loader_seed"] = "seeded"
     return facts
 
 

@@ -43,6 +43,7 @@ LIST_FIELDS = (
     "batches",
     "generators",
     "global_seeds",
+    "loader_seeds",
 )
 COMPUTE_KINDS = (
     "output",
@@ -81,6 +82,7 @@ class Cause:
     batches: tuple[str, ...] = ()  # a model's batch: "after_model" (another ran before it)
     generators: tuple[str, ...] = ()  # "matched": same seed calls, no generator state differed
     global_seeds: tuple[str, ...] = ()  # "unset": a TF run that never set TF's global seed
+    loader_seeds: tuple[str, ...] = ()  # "seeded": a DataLoader drew its epoch seeds (torch)
     holds_for: str = ""
 
     def applies(
@@ -109,6 +111,7 @@ class Cause:
             and _holds(self.batches, facts.get("batch", ""))
             and _holds(self.generators, facts.get("generators", ""))
             and _holds(self.global_seeds, facts.get("global_seed", ""))
+            and _holds(self.loader_seeds, facts.get("loader_seed", ""))
         )
 
 

@@ -104,3 +104,20 @@ def test_a_script_edited_between_the_runs_is_named(tmp_path: Path) -> None:
     assert code == 1 and first["cause"] == "configuration"
     assert "script's code differs" in first["cause_text"]
     assert "script_digest" in [d["key"] for d in report["environment_differences"]]
+
+
+def test_worker_code_reseeding_from_the_os_is_named_for_a_seeded_loader(
+    record: Recorder,
+) -> None:
+    """The loader's generator is seeded alike in both runs: its fix (generator=) is not the
+    advice; what the workers draw from is."""
+    a = record("loader_workers.py", env={"WORKER_ENTROPY": "1"})
+    b = record("loader_workers.py", env={"WORKER_ENTROPY": "1"}, tag="again")
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["kind"], first["location"]) == (
+        0, "batch", "dataloader",
+    )  # fmt: skip
+    assert first["cause"] == "data" and "same base seed each epoch" in first["cause_text"]
+    code, report = compare_json(record("loader_workers.py"), record("loader_workers.py", tag="2"))
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
