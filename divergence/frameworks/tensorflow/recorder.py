@@ -56,6 +56,7 @@ from divergence.frameworks.tensorflow.table import (
 )
 from divergence.frameworks.tensorflow.values import (
     Pending,
+    keyed_tensors_of,
     raw_variable,
     read_variable,
     resolve_pending,
@@ -76,6 +77,7 @@ from divergence.store.schema import (
     MAX_DIMS,
     Kind,
     Phase,
+    with_key,
 )
 
 EAGER, GRAPH = "eager", "graph"
@@ -168,12 +170,15 @@ class KerasRecorder(Instrumentation):
         name: str,
         tensors: list[tf.Tensor],
         note: str = "",
+        keys: list[str] | None = None,
     ) -> None:
-        """One record per tensor (slot = position); eager now, graph at every execution."""
+        """One record per tensor (slot = position); eager now, graph at every execution.
+        ``keys``: each tensor's dict key in its nest (:func:`keyed_tensors_of`), noted."""
         s = self.session
         if not s.wants(name):
             return
         for slot, t in enumerate(tensors):
+            slot_note = with_key(keys[slot], note) if keys else note
             if not readable(t) or t.shape.rank > MAX_DIMS:
                 shape = _static_shape(t)
                 if mode == EAGER:
@@ -181,11 +186,12 @@ class KerasRecorder(Instrumentation):
                 continue
             if mode == EAGER:
                 dump = to_host(t) if s.wants_dump(name) else None
-                s.add(phase, kind, name, self.eager_fingerprint(t), slot, note, dump)
+                s.add(phase, kind, name, self.eager_fingerprint(t), slot, slot_note, dump)
             else:
                 key = (phase, kind, name, slot, dtype_name(t.dtype))
                 dump = self._dump_variable(key, t)
-                spec = ProbeSpec(phase, kind, name, slot, key[4], t.shape.rank, "", dump, note=note)
+                rank = t.shape.rank
+                spec = ProbeSpec(phase, kind, name, slot, key[4], rank, "", dump, note=slot_note)
                 self.table.probe(spec, t)
 
     def eager_fingerprint(self, t: tf.Tensor) -> Fingerprint:
@@ -260,7 +266,8 @@ class KerasRecorder(Instrumentation):
         # it; a call without it (fit on a model whose call has no training argument, model(x)
         # in a tape loop) may be training, and a tensor flag is not known here
         note = INFERENCE_CALL if root and kwargs.get("training") is False else ""
-        self.record(mode, phase, kind, name, tensors_of((args, kwargs)), note)
+        keys, tensors = keyed_tensors_of((args, kwargs))
+        self.record(mode, phase, kind, name, tensors, note, keys)
 
     def leave(self, layer: Any, name: str, mode: str, outputs: Any) -> None:
         self.layer_calls += 1
@@ -268,7 +275,8 @@ class KerasRecorder(Instrumentation):
         self._record_init(layer, name)
         if mode == EAGER and not self.session.begin_event():
             return
-        self.record(mode, Phase.FORWARD, Kind.OUTPUT, name, tensors_of(outputs))
+        keys, tensors = keyed_tensors_of(outputs)
+        self.record(mode, Phase.FORWARD, Kind.OUTPUT, name, tensors, keys=keys)
 
     def _name_of(self, layer: Any, root: bool) -> str:
         entry = self.layer_names.get(id(layer))
@@ -602,9 +610,9 @@ class KerasRecorder(Instrumentation):
             return
         values = dict(zip(("x", "y", "y_pred", "sample_weight"), args, strict=False)) | kwargs
         for name, key in zip(LOSS_INPUTS, ("y", "sample_weight"), strict=True):
-            tensors = tensors_of(values.get(key))
+            keys, tensors = keyed_tensors_of(values.get(key))
             if tensors:
-                self.record(mode, Phase.DATA, Kind.BATCH, name, tensors)
+                self.record(mode, Phase.DATA, Kind.BATCH, name, tensors, keys=keys)
 
     def before_fit(self, model: Any) -> None:
         if not any(ref() is model for ref in self.fit_models):

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.util import nest  # (its flatten_with_joined_string_paths: not exported)
 
 from divergence.fingerprint import smix64_finish
 from divergence.frameworks.tensorflow.fingerprint import dtype_name
@@ -29,6 +30,21 @@ class Pending:
 def tensors_of(value: object) -> list[tf.Tensor]:
     """The dense tensors in a nest, in ``tf.nest`` order (dict keys sorted)."""
     return [x for x in tf.nest.flatten(value) if isinstance(x, tf.Tensor)]
+
+
+def keyed_tensors_of(value: object) -> tuple[list[str], list[tf.Tensor]]:
+    """The dense tensors in a nest, as :func:`tensors_of` gives them, and each one's key: the
+    dict keys on its path (``"reg"``, ``"inputs/a"``), "" where no dict holds it.
+
+    >>> keyed_tensors_of(({"reg": tf.ones(1), "cls": tf.ones(2)}, [tf.ones(3)]))[0]
+    ['cls', 'reg', '']
+    """
+    keys, tensors = [], []
+    for path, leaf in nest.flatten_with_joined_string_paths(value):
+        if isinstance(leaf, tf.Tensor):
+            keys.append("/".join(part for part in path.split("/") if not part.isdigit()))
+            tensors.append(leaf)
+    return keys, tensors
 
 
 def to_host(t: tf.Tensor) -> tuple[np.ndarray, str]:
