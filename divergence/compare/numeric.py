@@ -46,11 +46,11 @@ With ``p`` the number of stored mantissa bits of the (component) float format:
 * ``large limit`` = ``max(noise limit, 2**(p - 7))`` ULPs, i.e. a relative change of about
   ``2**-7`` (0.8%) or more: ``2**16`` for float32, ``2**45`` for float64 and the noise limit
   for the 16- and 8-bit formats.
-* ``reduction limit`` = ``max(noise limit, min(1024, 2**(p - 7)))`` ULPs: 1024 for float32
-  and float64, the noise limit for the 16- and 8-bit formats. A reordered sum of ``N`` terms
+* ``reduction limit`` = ``max(noise limit, min(256, 2**(p - 7)))`` ULPs: 256 for float32 and
+  float64, the noise limit for the 16- and 8-bit formats. A reordered sum of ``N`` terms
   moves its result by about ``sqrt(N)`` ULPs of its terms' scale (a convolution's weight
-  gradient, 65 k terms a sum, moved by ~100 ULPs of its largest value between 1 and 2
-  threads), so 1024 covers reductions of about a million terms.
+  gradient, 8 k to 65 k terms a sum, moved by up to ~120 ULPs of its largest value between 1
+  and 2 threads).
 * A changed element is **within noise** when it is finite in both runs or infinite in both,
   and it moved by at most the noise limit in ULPs at its own magnitude (the ULP distance) or
   by at most the reduction limit in ULPs at the tensor's scale:
@@ -121,8 +121,9 @@ READINGS: Final[tuple[str, ...]] = (
 _EXPLANATIONS: Final[dict[str, str]] = {
     "identical": "every element is bit-for-bit equal",
     "reduction-order noise": (
-        "every change is a few ULPs at most: the signature of another summation order "
-        "(thread count, atomics, kernel choice)"
+        "every change is within the rounding of a reordered sum, a few ULPs of the element or "
+        "of the tensor's largest value: the signature of another summation order (thread "
+        "count, atomics, kernel choice)"
     ),
     "large change": (
         "few elements changed by a lot, or a NaN or inf appeared: a real bug or a data difference"
