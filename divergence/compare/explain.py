@@ -419,7 +419,8 @@ def run_facts(meta: dict[str, object]) -> dict[str, str]:
     seeds = meta.get("seeds")
     calls = [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
     if facts["framework"] == "tensorflow":  # (keras.utils.set_random_seed calls it too)
-        facts["global_seed"] = "set" if "tf.random.set_seed" in calls else "unset"
+        seeded = "tf.random.set_seed" in calls or meta.get("tf_global_seed") is not None
+        facts["global_seed"] = "set" if seeded else "unset"
     if LOADER_SEED in calls:  # (the same in both runs when the generators fact is "matched")
         facts["loader_seed"] = "seeded"
     return facts
@@ -647,6 +648,20 @@ def _code(name: str) -> str:
     return f"`{name}`"
 
 
+def _only_the_layout_differs(divergence: Divergence) -> bool:
+    """A torch CPU tensor whose dumped bits are equal in both runs: its fingerprints differ by
+    the strides they hash (the CUDA fingerprint and TF's hash values only; a quantized tensor's
+    also hashes its scale and zero point, which the dump of its integers leaves out)."""
+    facts, probe = divergence.facts, divergence.a
+    return (
+        facts.get("layout") == "same"
+        and (facts.get("framework"), facts.get("device")) == ("torch", "cpu")
+        and getattr(divergence.numeric, "mismatched", 1) == 0
+        and probe is not None
+        and not probe.dtype.startswith("q")
+    )
+
+
 def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[str, str]:
     """(cause class, explanation with evidence and fix) from the knowledge base, or say that
     nothing matched."""
@@ -654,11 +669,9 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     keys += [f"rng.{evidence.split(' ')[0]}" for evidence in divergence.rng_evidence]
     seeded_alike = not any(key in CALL_LISTS or key.startswith("rng.") for key in keys)
     divergence.facts["generators"] = "matched" if seeded_alike else "differed"
-    if (
-        divergence.facts.get("layout") == "same"
-        and getattr(divergence.numeric, "mismatched", 1) == 0
-    ):
-        divergence.facts["layout"] = "strides"  # the dumps' bits are equal: only the layout is not
+    divergence.facts["reading"] = str(getattr(divergence.numeric, "reading", "") or "none")
+    if _only_the_layout_differs(divergence):
+        divergence.facts["layout"] = "strides"
     conditions = (divergence.reason, divergence.kind, divergence.location, keys, divergence.phase)
     cause = match_cause(*conditions, facts=divergence.facts)
     divergence.evidence = _evidence(divergence, environment, cause)

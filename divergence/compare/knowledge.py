@@ -44,6 +44,7 @@ LIST_FIELDS = (
     "generators",
     "global_seeds",
     "loader_seeds",
+    "readings",
 )
 COMPUTE_KINDS = (
     "output",
@@ -83,6 +84,7 @@ class Cause:
     generators: tuple[str, ...] = ()  # "matched": same seed calls, no generator state differed
     global_seeds: tuple[str, ...] = ()  # "unset": a TF run that never set TF's global seed
     loader_seeds: tuple[str, ...] = ()  # "seeded": a DataLoader drew its epoch seeds (torch)
+    readings: tuple[str, ...] = ()  # the numeric reading of the dumps, "none" without them
     holds_for: str = ""
 
     def applies(
@@ -112,6 +114,7 @@ class Cause:
             and _holds(self.generators, facts.get("generators", ""))
             and _holds(self.global_seeds, facts.get("global_seed", ""))
             and _holds(self.loader_seeds, facts.get("loader_seed", ""))
+            and _holds(self.readings, facts.get("reading", ""))
         )
 
 

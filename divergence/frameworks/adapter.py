@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from divergence.record.rng import HostGenerators, numpy_state, python_state, restoring
+from divergence.record.rng import HostGenerators, RestoreLog, numpy_state, python_state
 from divergence.record.session import Session
 
 
@@ -32,6 +32,7 @@ class Instrumentation:
         self.session = session
         self.undo: list[Callable[[], None]] = []
         self.host_generators = HostGenerators()  # python's and numpy's, read at every step start
+        self.restores = RestoreLog(session)  # generator states the program restores
 
     def install(self) -> Callable[[], None]:
         """Install every hook and patch; returns :meth:`remove`."""
@@ -50,17 +51,15 @@ class Instrumentation:
         setattr(owner, attr, wrapper(original))
         self.undo.append(lambda: setattr(owner, attr, original))
 
-    def patch_restore(
-        self,
-        owner: Any,
-        attr: str,
-        label: str,
-        read_state: Callable[[tuple[Any, ...], dict[str, Any]], str],
+    def patch_generator_state(
+        self, owner: Any, getter: str, setter: str, label: str, read: Callable[[Any], str]
     ) -> None:
-        """Wrap the generator-state setter ``owner.attr`` so that a state the program restores
-        (a checkpoint's) is noted in the metadata's ``rng_restores``: see
-        :func:`~divergence.record.rng.restoring`."""
-        self.patch(owner, attr, functools.partial(restoring, self.session, label, read_state))
+        """Wrap a generator's state getter and setter (``torch.get_rng_state`` and
+        ``set_rng_state``) so that a state the program restores, a checkpoint's, is noted in
+        the metadata's ``rng_restores``; ``read(state)`` fingerprints one. See
+        :class:`~divergence.record.rng.RestoreLog`."""
+        self.patch(owner, getter, functools.partial(self.restores.remembering, read))
+        self.patch(owner, setter, functools.partial(self.restores.restoring, label, read))
 
     def register(
         self,
@@ -77,8 +76,9 @@ class Instrumentation:
         s = self.session
         for module in (np.random, np.random.mtrand):
             self.patch(module, "set_state", self.host_generators.forgetting)
-            self.patch_restore(module, "set_state", "numpy.random.set_state", numpy_state)
-        self.patch_restore(random, "setstate", "random.setstate", python_state)
+            label = "numpy.random.set_state"
+            self.patch_generator_state(module, "get_state", "set_state", label, numpy_state)
+        self.patch_generator_state(random, "getstate", "setstate", "random.setstate", python_state)
         s.on_step_start.append(step_start)
         s.metadata_providers.append(metadata)
         s.probe_handlers.insert(0, probe)

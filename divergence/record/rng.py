@@ -180,52 +180,96 @@ RESTORES_KEPT = 64  # a program restoring a state at every step: its first resto
 LIBRARY_CALLERS = ("torch", "numpy", "random", "tensorflow", "keras", "divergence")
 
 
-def restoring(
-    session: Session,
-    label: str,
-    read_state: Callable[[tuple[Any, ...], dict[str, Any]], str],
-    set_state: Callable[..., Any],
-) -> Callable[..., Any]:
-    """A patch for a generator-state setter (``torch.set_rng_state``, ``random.setstate``...):
-    a state the program restores, typically a checkpoint's when resuming, is noted in
-    ``session.rng_restores`` as ``{"call", "state", "step"}``, ``state`` being
-    ``read_state(args, kwargs)`` (its fingerprint, "" when it cannot be read: this runs inside
-    the program's own call, which must not fail). Restores from inside the libraries of
-    :data:`LIBRARY_CALLERS` are left out, and only the first :data:`RESTORES_KEPT` kept.
+class RestoreLog:
+    """The generator states a program restores (``torch.set_rng_state``, ``random.setstate``,
+    ``np.random.set_state``...), typically a checkpoint's when resuming, noted in
+    ``session.rng_restores`` as ``{"call", "state", "step"}`` with the state's fingerprint
+    ("" when it cannot be read: this runs inside the program's own call, which must not fail).
+
+    Left out: restores from inside the libraries of :data:`LIBRARY_CALLERS`, and round trips,
+    a state the program itself read in this process (``s = torch.get_rng_state()`` ...
+    ``torch.set_rng_state(s)`` around an evaluation, Lightning's ``isolate_rng``), which the
+    getters wrapped by :meth:`remembering` tell; only the first :data:`RESTORES_KEPT` are kept.
 
     >>> from divergence.record.config import RecordConfig
-    >>> session = Session(RecordConfig(), "/tmp/x")
-    >>> setstate = restoring(session, "random.setstate", python_state, random.setstate)
-    >>> saved = random.Random(0).getstate()
-    >>> program = {"__name__": "__main__", "setstate": setstate, "saved": saved}
-    >>> exec("setstate(saved)", program); session.rng_restores
+    >>> log = RestoreLog(Session(RecordConfig(), "/tmp/x"))
+    >>> setstate = log.restoring("random.setstate", python_state, random.setstate)
+    >>> getstate = log.remembering(python_state, random.getstate)
+    >>> program = {"__name__": "__main__", "setstate": setstate, "getstate": getstate}
+    >>> program["saved"] = random.Random(0).getstate()  # (a checkpoint's)
+    >>> exec("setstate(saved)", program); log.session.rng_restores
     [{'call': 'random.setstate', 'state': '6f87d17475ee6122', 'step': 0}]
-    >>> setstate(random.getstate()); len(session.rng_restores)  # (a call from divergence.*)
+    >>> exec("setstate(getstate())", program); len(log.session.rng_restores)  # a round trip
     1
     """
 
-    @functools.wraps(set_state)
-    def restore(*args: Any, **kwargs: Any) -> Any:
-        result = set_state(*args, **kwargs)
-        if len(session.rng_restores) < RESTORES_KEPT and _program_called(sys._getframe(1)):
-            try:
-                state = read_state(args, kwargs)
-            except Exception:
-                state = ""
-            step = session.current_step
-            session.rng_restores.append({"call": label, "state": state, "step": step})
-        return result
+    HANDED_OUT_LIMIT = 4096  # fingerprints of states read; cleared when full
 
-    return restore
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.handed_out: set[str] = set()
+
+    def restoring(
+        self, label: str, read: Callable[[Any], str], set_state: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """A patch for the setter ``set_state``; ``read(state given)`` fingerprints it."""
+        log = self
+
+        @functools.wraps(set_state)
+        def restore(*args: Any, **kwargs: Any) -> Any:
+            result = set_state(*args, **kwargs)
+            restores = log.session.rng_restores
+            if len(restores) < RESTORES_KEPT and _program_called(sys._getframe(1)):
+                state = _read(read, _state_given(args, kwargs))
+                if not state or state not in log.handed_out:
+                    step = log.session.current_step
+                    restores.append({"call": label, "state": state, "step": step})
+            return result
+
+        return restore
+
+    def remembering(
+        self, read: Callable[[Any], str], get_state: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """A patch for the getter ``get_state``: the states it hands the program are
+        remembered (``read(state returned)``), so restoring one is a round trip."""
+        log = self
+
+        @functools.wraps(get_state)
+        def get(*args: Any, **kwargs: Any) -> Any:
+            result = get_state(*args, **kwargs)
+            if _program_called(sys._getframe(1)):
+                if len(log.handed_out) >= RestoreLog.HANDED_OUT_LIMIT:
+                    log.handed_out.clear()
+                if state := _read(read, result):
+                    log.handed_out.add(state)
+            return result
+
+        return get
 
 
-def python_state(_args: tuple[Any, ...], _kwargs: dict[str, Any]) -> str:
-    """The fingerprint of python's global generator state now (a ``read_state`` of
-    :func:`restoring`)."""
+def _state_given(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The state argument of a setter (``torch.set_rng_state(new_state)``,
+    ``set_rng_state_all(new_states)``, ``random.setstate(state)``, ``set_state(state)``)."""
+    if args:
+        return args[0]
+    return next((kwargs[k] for k in ("new_state", "new_states", "state") if k in kwargs), None)
+
+
+def _read(read: Callable[[Any], str], value: Any) -> str:
+    try:
+        return read(value)
+    except Exception:
+        return ""
+
+
+def python_state(_value: Any = None) -> str:
+    """The fingerprint of python's global generator state now (a ``read`` of
+    :class:`RestoreLog`: it equals the state just given or returned)."""
     return state_after_seed("random.seed")
 
 
-def numpy_state(_args: tuple[Any, ...], _kwargs: dict[str, Any]) -> str:
+def numpy_state(_value: Any = None) -> str:
     """The fingerprint of numpy's global generator state now."""
     return state_after_seed("numpy.random.seed")
 

@@ -1,7 +1,8 @@
 """Resuming from a checkpoint that holds the generator states (torch, python, numpy): dropout and
 a python- and numpy-drawn noise draw from them after the restore. Each step also runs a block
-under activation checkpointing and draws inside ``torch.random.fork_rng``: torch restores
-generator states of its own there, which are not the program's restores.
+under activation checkpointing and draws inside ``torch.random.fork_rng``, where torch restores
+generator states of its own, and evaluates with dropout between saving and restoring the
+generator states itself (a round trip): none of these is a checkpoint's restore.
 
     python tests/example_scripts/resumed.py --save CHECKPOINT [--draws N] [--without-rng]
     python tests/example_scripts/resumed.py CHECKPOINT [--out PATH]
@@ -58,6 +59,12 @@ def resume(path: str, out: str | None) -> None:
         hidden = checkpoint(model[:3], x + noise, use_reentrant=False)
         nn.functional.cross_entropy(model[3](hidden), y).backward()
         optimizer.step()
+        saved = torch.get_rng_state(), random.getstate(), np.random.get_state()
+        model.train()(x)  # (an evaluation that draws dropout masks, the states put back after)
+        random.random(), np.random.rand()
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        np.random.set_state(saved[2])
     if out:
         torch.save(model.state_dict(), out)
 

@@ -33,5 +33,30 @@ def test_a_fresh_optimizer_after_load_model_is_named(keras_cli: Any, tmp_path: P
     assert code == 1 and (first["step"], first["phase"], first["kind"]) == (
         0, "init", "optim_state",
     )  # fmt: skip
-    assert first["location"] == "Adam.adam/iteration"
+    assert first["location"] == "Adam.iteration"
     assert first["cause"] == "initialisation" and "fresh optimizer" in first["cause_text"]
+
+
+def test_a_wrapped_optimizer_is_named_by_its_labels_without_learning_rates(
+    tmp_path: Path,
+) -> None:
+    """A LossScaleOptimizer (Keras wraps one under mixed_float16) holds its own and its inner
+    optimizer's variables: named by label, the learning rates left to the settings records."""
+    import glob
+
+    import keras
+    import numpy as np
+
+    import divergence
+    from divergence.store.reader import RunFile
+    from divergence.store.schema import Kind, Phase
+
+    with divergence.Recorder(tmp_path / "run"):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        wrapped = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-2))
+        model.compile(optimizer=wrapped, loss="mse")
+        model.fit(np.ones((4, 3)), np.ones((4, 2)), batch_size=4, epochs=1, verbose=0)
+    run = RunFile.open(glob.glob(str(tmp_path / "run" / "*.h5"))[0])
+    held = (run.records["kind"] == Kind.OPTIM_STATE) & (run.records["phase"] == Phase.INIT)
+    names = sorted(run.strings[i] for i in run.records["name"][held])
+    assert names == ["LossScaleOptimizer.inner.iteration", "LossScaleOptimizer.iteration"]

@@ -35,3 +35,43 @@ def test_a_set_global_seed_leaves_the_general_tensorflow_causes() -> None:
         "value", "output", "dense", [], "forward", facts={**seeded, "global_seed": "unset"}
     )
     assert found is not None and found.cause == "rng"
+
+
+TORCH = {"framework": "torch", "device": "cpu", "layout": "same", "generators": "differed"}
+
+
+def test_metadata_causes_name_a_structure_divergence_before_the_catch_all() -> None:
+    for env, cause, words in (
+        (["argv"], "configuration", "different arguments"),
+        (["script_digest"], "configuration", "script's code differs"),
+        (["seeds"], "seeds", "seeded with different values"),
+        (["rng_restores"], "rng", "restored other generator states"),
+    ):
+        found = match_cause("structure", "output", "fc", env, "forward", facts=TORCH)
+        assert found is not None and (found.cause, words in found.summary) == (cause, True), env
+
+
+def test_seeds_come_before_restores_and_script_edits() -> None:
+    for env in (["seeds", "rng_restores", "rng.torch.cpu"], ["script_digest", "seeds"]):
+        for reason in ("value", "structure"):
+            found = match_cause(reason, "output", "fc", env, "forward", facts=TORCH)
+            assert found is not None and found.cause == "seeds", (env, reason)
+
+
+def test_the_unset_tensorflow_seed_leaves_backward_and_device_divergences() -> None:
+    unseeded = {**KERAS, "global_seed": "unset"}
+    found = match_cause("value", "param_grad", "dense.kernel", [], "backward", facts=unseeded)
+    assert found is not None and found.cause != "rng"
+    on_gpu = {**unseeded, "device": "cuda"}
+    found = match_cause("value", "output", "dense", [], "forward", facts=on_gpu)
+    assert found is not None and found.cause != "rng"
+
+
+def test_a_gradient_that_reads_as_noise_is_not_put_down_to_zero_grad() -> None:
+    for reading, cause in (("none", "gradients"), ("large change", "gradients")):
+        facts = {**TORCH, "generators": "matched", "reading": reading}
+        found = match_cause("value", "param_grad", "fc.weight", [], "backward", facts=facts)
+        assert found is not None and found.cause == cause, reading
+    facts = {**TORCH, "generators": "matched", "reading": "reduction-order noise"}
+    found = match_cause("value", "param_grad", "fc.weight", [], "backward", facts=facts)
+    assert found is not None and found.cause == "compute"

@@ -13,6 +13,7 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
 from tensorflow.python.framework import config as tf_config
 
 
@@ -47,6 +48,9 @@ def tf_metadata(notes: list[str] | None = None) -> dict[str, Any]:
             "os.cpu_count": os.cpu_count(),
         },
         "determinism": _determinism(),
+        # TF's global seed as the first step starts (None: never set), read without drawing:
+        # also one set before a `divergence.Recorder` started, or by tf.compat.v1
+        "tf_global_seed": context.global_seed(),
         "devices": {
             "physical": [d.name for d in tf.config.list_physical_devices()],
             "gpu": [d.name for d in tf.config.list_physical_devices("GPU")],

@@ -648,20 +648,27 @@ class KerasRecorder(Instrumentation):
 
     def _record_state_held(self, optimizer: Any) -> None:
         """The variables an optimizer holds when the first ``fit()`` that trains with it starts,
-        as ``<label>.<variable path>`` in the init phase (``Adam.adam/iteration``): a model
-        loaded with its optimizer's state (``load_model``, a checkpoint) holds the steps it took
-        and its slots, a freshly compiled one none, so a resumed run that recompiled, or loaded
-        another state, is told apart before the first update reads it. The learning rate is a
-        setting (recorded with the others at each update). Custom loops are not covered: their
-        first ``apply_gradients`` is traced, and builds the optimizer there."""
+        in the init phase, as ``<label>.<variable name>`` (``Adam.iteration``; a wrapped one's
+        ``LossScaleOptimizer.inner.iteration``): a model loaded with its optimizer's state
+        (``load_model``, a checkpoint) holds the steps it took and its slots, a freshly compiled
+        one none, so a resumed run that recompiled, or loaded another state, is told apart
+        before the first update reads it. Learning rates are settings (recorded with the others
+        at each update). Named by the label, not Keras' auto-numbered optimizer name (``adam_1``
+        when another optimizer was built first). Custom loops are not covered: their first
+        ``apply_gradients`` is traced, and builds the optimizer there."""
         if optimizer is None or optimizer in self.optimizers_held:
             return
         self.optimizers_held.add(optimizer)
+        chain = [optimizer]  # (a LossScaleOptimizer and the optimizer it wraps)
+        while (inner := getattr(chain[-1], "inner_optimizer", None)) is not None:
+            chain.append(inner)
+        learning_rates = {id(getattr(o, "_learning_rate", None)) for o in chain}
+        owners = {str(getattr(o, "name", "")): ".inner" * depth for depth, o in enumerate(chain)}
         label, s = self.optimizer_labels.of(optimizer), self.session
-        learning_rate = getattr(optimizer, "_learning_rate", None)
         for variable in getattr(optimizer, "variables", None) or []:
-            name = f"{label}.{variable.path}"
-            if variable is not learning_rate and s.wants(name) and s.begin_event():
+            owner, _, short = str(variable.path).rpartition("/")
+            name = f"{label}{owners.get(owner, '.' + owner if owner else '')}.{short}"
+            if id(variable) not in learning_rates and s.wants(name) and s.begin_event():
                 self.record(EAGER, Phase.INIT, Kind.OPTIM_STATE, name, [read_variable(variable)])
 
     def _root_name(self, model: Any) -> str:

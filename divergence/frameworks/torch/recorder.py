@@ -139,11 +139,11 @@ class TorchRecorder(Instrumentation):
         self.patch(torch, "seed", functools.partial(self._wrap_seed, "torch.seed"))
         self.patch(random, "seed", functools.partial(self._wrap_seed, "random.seed"))
         self.patch(np.random, "seed", functools.partial(self._wrap_seed, "numpy.random.seed"))
-        for owner, setters in ((torch, RNG_SETTERS), (torch.cuda, CUDA_RNG_SETTERS)):
+        for owner, accessors in ((torch, RNG_STATE), (torch.cuda, CUDA_RNG_STATES)):
             for module in (owner, owner.random):
-                for setter in setters:
+                for getter, setter in accessors:
                     label = f"{owner.__name__}.{setter}"
-                    self.patch_restore(module, setter, label, _restored_state)
+                    self.patch_generator_state(module, getter, setter, label, _state_fingerprint)
         self.register(
             step_start=self.at_step_start,
             metadata=torch_metadata,
@@ -755,19 +755,18 @@ def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.T
     return tensors + tensors_of(kwargs) if kwargs else tensors
 
 
-RNG_SETTERS = ("set_rng_state",)
-CUDA_RNG_SETTERS = ("set_rng_state", "set_rng_state_all")
+RNG_STATE = (("get_rng_state", "set_rng_state"),)  # (getter, setter) pairs
+CUDA_RNG_STATES = (("get_rng_state", "set_rng_state"), ("get_rng_state_all", "set_rng_state_all"))
 
 
-def _restored_state(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """The fingerprint of the state given to a torch generator-state setter (of each, comma-
-    separated, for ``set_rng_state_all``): read from the argument, so that a CUDA generator not
-    yet initialised is never touched.
+def _state_fingerprint(given: object) -> str:
+    """The fingerprint of a state given to a torch generator-state setter, or returned by its
+    getter (of each, comma-separated, for ``set_rng_state_all``): read from the value, so that
+    a CUDA generator not yet initialised is never touched.
 
-    >>> _restored_state((torch.zeros(4, dtype=torch.uint8),), {})
+    >>> _state_fingerprint(torch.zeros(4, dtype=torch.uint8))
     '1aea8ebc6fa0f8a1'
     """
-    given = args[0] if args else next(iter(kwargs.values()), None)
     states = given if isinstance(given, list | tuple) else [given]
     values = [fingerprint_tensor(s).value if isinstance(s, torch.Tensor) else None for s in states]
     return ",".join(f"{v % (1 << 64):016x}" if isinstance(v, int) else "" for v in values)
