@@ -14,6 +14,7 @@ from tensorflow.python.util import nest  # (its flatten_with_joined_string_paths
 
 from divergence.fingerprint import smix64_finish
 from divergence.frameworks.tensorflow.fingerprint import dtype_name
+from divergence.store.schema import NOTE_SEPARATOR
 
 BIT_VIEWS = {1: tf.uint8, 2: tf.uint16, 4: tf.uint32, 8: tf.uint64}
 
@@ -34,17 +35,36 @@ def tensors_of(value: object) -> list[tf.Tensor]:
 
 def keyed_tensors_of(value: object) -> tuple[list[str], list[tf.Tensor]]:
     """The dense tensors in a nest, as :func:`tensors_of` gives them, and each one's key: the
-    dict keys on its path (``"reg"``, ``"inputs/a"``), "" where no dict holds it.
+    dict keys on its path (``"reg"``, ``"inputs/a"``; keys of digits only are left out), ""
+    where no dict holds it.
 
     >>> keyed_tensors_of(({"reg": tf.ones(1), "cls": tf.ones(2)}, [tf.ones(3)]))[0]
     ['cls', 'reg', '']
     """
+    if not _holds_a_mapping(value):  # (the usual call: 5x cheaper than the paths)
+        tensors = tensors_of(value)
+        return [""] * len(tensors), tensors
     keys, tensors = [], []
     for path, leaf in nest.flatten_with_joined_string_paths(value):
         if isinstance(leaf, tf.Tensor):
-            keys.append("/".join(part for part in path.split("/") if not part.isdigit()))
+            key = "/".join(part for part in path.split("/") if not part.isdigit())
+            keys.append(key.replace(NOTE_SEPARATOR, ";"))  # (a note's parts are split there)
             tensors.append(leaf)
     return keys, tensors
+
+
+def _holds_a_mapping(value: object, depth: int = 0) -> bool:
+    """Whether a dict that holds tensors or nests is in the lists and tuples of ``value``
+    (searched 4 levels deep): keyword arguments such as ``training=True`` alone are not.
+
+    >>> _holds_a_mapping(((tf.ones(1),), {"training": True})), _holds_a_mapping([{"a": [1]}])
+    (False, True)
+    """
+    if isinstance(value, dict):
+        return any(isinstance(item, tf.Tensor | dict | list | tuple) for item in value.values())
+    if isinstance(value, list | tuple) and depth < 4:
+        return any(_holds_a_mapping(item, depth + 1) for item in value)
+    return False
 
 
 def to_host(t: tf.Tensor) -> tuple[np.ndarray, str]:
