@@ -37,7 +37,7 @@ RNG_STATE_GLOBS = (
 
 def host_rng_fingerprints() -> list[tuple[str, Fingerprint]]:
     """``[("python.random", ...), ("numpy.random", ...)]``: the MT19937 states, bit-exact."""
-    return _fingerprints(random.getstate(), _numpy_state())
+    return _fingerprints(unwrapped(random.getstate)(), _numpy_state())
 
 
 def _fingerprints(
@@ -72,7 +72,7 @@ def state_after_seed(call: str) -> str:
         if call.startswith("numpy"):
             fingerprint = _fingerprints(_PYTHON_PLACEHOLDER, _numpy_state())[1][1]
         else:
-            fingerprint = _fingerprints(random.getstate(), _NUMPY_PLACEHOLDER)[0][1]
+            fingerprint = _fingerprints(unwrapped(random.getstate)(), _NUMPY_PLACEHOLDER)[0][1]
     except Exception:
         return ""
     return f"{fingerprint.value:016x}"
@@ -125,7 +125,7 @@ class HostGenerators:
         """``[("python.random", ...), ("numpy.random", ...)]`` for the states now."""
         if self._shortcut:
             # the generators the module functions draw from now (either can be replaced)
-            python_generator = getattr(random.getstate, "__self__", None)
+            python_generator = getattr(unwrapped(random.getstate), "__self__", None)
             numpy_generator = np.random.mtrand._rand._bit_generator
             if python_generator is not self._python or numpy_generator is not self._numpy:
                 self._locate(python_generator, numpy_generator)
@@ -138,7 +138,7 @@ class HostGenerators:
         numpy = ctypes.string_at(self._numpy_memory, MT_STATE_BYTES)
         if python == self._python_seen and numpy == self._numpy_seen:
             return self._last
-        python_state, numpy_state = random.getstate(), _numpy_state()
+        python_state, numpy_state = unwrapped(random.getstate)(), _numpy_state()
         self._last = _fingerprints(python_state, numpy_state)
         if (python[0], python[1], numpy) != (
             _python_memory(python_state),
@@ -281,7 +281,20 @@ def _program_called(frame: Any) -> bool:
 
 def _numpy_state() -> tuple[Any, ...]:
     """The legacy tuple: (kind, keys, pos, has_gauss, cached_gaussian)."""
-    return cast(tuple[Any, ...], np.random.get_state(legacy=True))
+    return cast(tuple[Any, ...], unwrapped(np.random.get_state)(legacy=True))
+
+
+def unwrapped(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The function under the recorder's patches (``functools.wraps`` keeps ``__wrapped__``):
+    the recorder reads generator states through it, never through the patch that watches the
+    program's reads, and finds the generator a bound method belongs to.
+
+    >>> unwrapped(functools.wraps(random.getstate)(lambda: None)) is random.getstate
+    True
+    """
+    while (inner := getattr(function, "__wrapped__", None)) is not None:
+        function = inner
+    return function
 
 
 def _python_memory(state: tuple[Any, ...]) -> bytes:

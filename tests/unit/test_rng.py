@@ -12,7 +12,12 @@ import pytest
 
 from divergence.fingerprint import fingerprint_buffer, header_seed
 from divergence.record import rng
-from divergence.record.rng import RNG_STATE_GLOBS, HostGenerators, host_rng_fingerprints
+from divergence.record.rng import (
+    RNG_STATE_GLOBS,
+    HostGenerators,
+    host_rng_fingerprints,
+    unwrapped,
+)
 
 
 def prints() -> dict[str, int]:
@@ -175,3 +180,17 @@ def test_every_generator_record_of_a_torch_run_is_kept_by_a_hunts_zoom(tmp_path:
     zoom = zoom_config(Divergence("value", "p0", 3, "forward", "output", "fc", 0), tmp_path)
     assert all(any(fnmatchcase(n, glob) for glob in zoom.include) for n in names)
     assert set(RNG_STATE_GLOBS) <= set(zoom.include)
+
+
+def test_the_raw_state_shortcut_survives_the_recorder_patches(tmp_path: Path) -> None:
+    """The recorder wraps random.getstate and np.random.get_state (to tell a program's round
+    trips): the cheap raw-memory reads must still find the generators under the wrappers."""
+    import torch  # noqa: F401  (the torch adapter installs the patches)
+
+    import divergence
+
+    with divergence.Recorder(tmp_path / "run"):
+        assert random.getstate is not unwrapped(random.getstate)  # patched
+        generators = HostGenerators()
+        assert generators.fingerprints() == host_rng_fingerprints() == generators.fingerprints()
+        assert generators._shortcut

@@ -54,7 +54,7 @@ from divergence.frameworks.torch.outputs import keyed_tensors, tensors_of
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.labels import ClassLabels
-from divergence.record.rng import HostGenerators, state_after_seed
+from divergence.record.rng import HostGenerators, state_after_seed, unwrapped
 from divergence.record.session import Fingerprint, Session
 from divergence.store.schema import (
     BARE_TENSOR,
@@ -788,8 +788,9 @@ def _by_key(item: tuple[object, object]) -> str:
 
 def rng_fingerprints(host: HostGenerators) -> list[tuple[str, Fingerprint]]:
     """The python and numpy generator states, then torch's (CPU, and CUDA once initialised)."""
-    prints = [*host.fingerprints(), ("torch.cpu", fingerprint_tensor(torch.get_rng_state()))]
+    torch_state = unwrapped(torch.get_rng_state)()  # (not through the patch on the program's)
+    prints = [*host.fingerprints(), ("torch.cpu", fingerprint_tensor(torch_state))]
     if torch.cuda.is_initialized():
-        for index, state in enumerate(torch.cuda.get_rng_state_all()):
+        for index, state in enumerate(unwrapped(torch.cuda.get_rng_state_all)()):
             prints.append((f"torch.cuda:{index}", fingerprint_tensor(state)))
     return prints
