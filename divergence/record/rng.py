@@ -188,7 +188,7 @@ class RestoreLog:
 
     Left out: restores from inside the libraries of :data:`LIBRARY_CALLERS`, and round trips,
     a state the program itself read in this process (``s = torch.get_rng_state()`` ...
-    ``torch.set_rng_state(s)`` around an evaluation, Lightning's ``isolate_rng``), which the
+    ``torch.set_rng_state(s)`` around an evaluation), which the
     getters wrapped by :meth:`remembering` tell; only the first :data:`RESTORES_KEPT` are kept.
 
     >>> from divergence.record.config import RecordConfig
