@@ -322,11 +322,13 @@ def _draws(run: RunFile, step: int) -> dict[str, bool | None]:
     """Whether ``run`` drew from each host generator (python's, numpy's) up to the end of
     ``step``: True when a state recorded up to the start of step ``step + 1`` differs from the
     one the process started with (``meta.rng_at_start``, known when ``diverge record`` started
-    it); False when they all equal it and one was recorded at ``step + 1``; else None (a draw
+    it); False when they all equal it and one was recorded at ``step + 1``, or the state at the
+    recorder's exit (``meta.rng_at_end``) equals it too (the last step); else None (a draw
     late in ``step`` cannot be ruled out)."""
-    at_start = run.meta.get("rng_at_start")
-    if not isinstance(at_start, dict):
+    at_start, at_end = run.meta.get("rng_at_start"), run.meta.get("rng_at_end") or {}
+    if not isinstance(at_start, dict) or not isinstance(at_end, dict):
         return {}
+    unchanged = {k for k, v in at_end.items() if at_start.get(k) == v} if at_end else set()
     records = run.records
     rows = np.flatnonzero(records["kind"] == Kind.RNG_STATE)
     names = np.array([run.strings[i] for i in records["name"][rows]], dtype=object)
@@ -338,7 +340,8 @@ def _draws(run: RunFile, step: int) -> dict[str, bool | None]:
         if not (prints[upto] == np.uint64(int(str(text), 16))).all():
             draws[name] = True
         else:
-            draws[name] = False if (mine & (steps == step + 1)).any() else None
+            seen_after = name in unchanged or (mine & (steps == step + 1)).any()
+            draws[name] = False if seen_after else None
     return draws
 
 

@@ -46,10 +46,10 @@ def _compared(key: str) -> bool:
 
     >>> _compared("env.TF_CLI_CONFIG_FILE"), _compared("env.TF_ENABLE_ONEDNN_OPTS")
     (False, True)
-    >>> _compared("rng_at_start.python.random")
-    False
+    >>> _compared("rng_at_start.python.random"), _compared("rng_at_end.numpy.random")
+    (False, False)
     """
-    if key.startswith("rng_at_start."):
+    if key.startswith(("rng_at_start.", "rng_at_end.")):
         return False
     return not key.startswith("env.") or matters(key[4:])
 

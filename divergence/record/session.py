@@ -96,6 +96,7 @@ class Session:
         # python's and numpy's generator states when the process started, by fingerprint
         # (only when recording started before the program ran: `diverge record`)
         self.host_generators_at_start: dict[str, str] = {}
+        self.host_generators_at_end: dict[str, str] = {}
         self.failure = ""
         self.uncaught = ""  # the exception that ended the process, if one did
         self._start_time = time.time()
@@ -324,15 +325,13 @@ class Session:
             meta["rng_restores"] = self.rng_restores
         if self.host_generators_at_start:
             meta["rng_at_start"] = self.host_generators_at_start
+        if self.host_generators_at_end:
+            meta["rng_at_end"] = self.host_generators_at_end
         return meta
 
     def note_host_generators(self) -> None:
         """Remember python's and numpy's generator states now, as the process's start."""
-        from divergence.record.rng import host_rng_fingerprints  # (it imports this module)
-
-        self.host_generators_at_start = {
-            name: f"{fingerprint.value:016x}" for name, fingerprint in host_rng_fingerprints()
-        }
+        self.host_generators_at_start = _host_generator_states()
 
     def _report_progress(self) -> None:
         directory = os.environ.get(ENV_HANDSHAKE)
@@ -362,6 +361,9 @@ class Session:
             if buffered:  # the step it raised in: its records so far are written
                 end["ended_inside_step"] = self.step - 1
         if self.writer is not None:
+            if self.host_generators_at_start:  # (a state still equal to the start one at
+                # exit proves the generator never drawn from, the last step included)
+                self.host_generators_at_end = _host_generator_states()
             self.writer.close({**end, "steps": self.writer.steps}, self._metadata())
             self.writer = None
 
@@ -375,6 +377,13 @@ class Session:
         self._start_time = time.time()
         if self.host_generators_at_start:  # the child starts from the parent's states now
             self.note_host_generators()
+
+
+def _host_generator_states() -> dict[str, str]:
+    """``{"python.random": "<16 hex digits>", ...}``: the host generators' states now."""
+    from divergence.record.rng import host_rng_fingerprints  # (it imports this module)
+
+    return {name: f"{fingerprint.value:016x}" for name, fingerprint in host_rng_fingerprints()}
 
 
 _active: Session | None = None

@@ -228,6 +228,19 @@ def test_unseeded_generators_never_drawn_from_are_no_suspects(record: Recorder) 
     assert first["cause"] == "gradients"
 
 
+def test_generators_never_drawn_from_are_no_suspects_in_the_last_step(record: Recorder) -> None:
+    """No step follows the last one to show its generator states: the states at the
+    recorder's exit, equal to those at the start, prove them untouched there too."""
+    env = {"MLP_UNSEEDED_HOST": "1"}
+    a = record("mlp.py", env=env, tag="a")
+    code, report = compare_json(a, record("mlp.py", "--flip-step", "5", env=env))
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["location"]) == (5, "block")
+    assert first["rng_evidence"] == []
+    assert first["rng_undrawn"] == ["python.random", "numpy.random"]
+    assert first["cause"] != "rng"
+
+
 def test_an_evaluation_batch_is_named_as_one(record: Recorder) -> None:
     """An evaluation pass after step 1's optimizer.step() is recorded at step 2's start; its
     batch says the model was in eval mode, and the training records all match."""
