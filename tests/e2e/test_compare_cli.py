@@ -241,6 +241,21 @@ def test_generators_never_drawn_from_are_no_suspects_in_the_last_step(record: Re
     assert first["cause"] != "rng"
 
 
+def test_the_final_parameters_are_those_of_every_optimizer(record: Recorder) -> None:
+    """A GAN steps G, then D: the last step updates D only. G's last update, a step before,
+    differs: the final parameters counted are each one's last update, not the last step's."""
+    a = record("gan.py", tag="a")
+    code, report = compare_json(a, record("gan.py", env={"GAN_G_LR_LAST": "3e-3"}))
+    first, propagation = report["first_divergence"], report["processes"][0]["propagation"]
+    assert code == 1 and (first["step"], first["phase"]) == (6, "optimizer")
+    assert first["location"] == "Adam.group0"
+    assert (propagation["final_params_differing"], propagation["final_params_total"]) == (4, 8)
+    assert propagation["final_step"] == 7
+    text = run_cli("compare", str(a), str(record("gan.py", env={"GAN_G_LR_LAST": "3e-3"})))
+    assert "parameters after step 7: 4 of 8 differ" in text.stdout
+    assert "did not last" not in text.stdout
+
+
 def test_an_evaluation_batch_is_named_as_one(record: Recorder) -> None:
     """An evaluation pass after step 1's optimizer.step() is recorded at step 2's start; its
     batch says the model was in eval mode, and the training records all match."""
