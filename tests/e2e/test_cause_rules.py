@@ -3,6 +3,7 @@ accumulate (zero_grad skipped), and module calls in the order of a set of string
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -121,3 +122,22 @@ def test_worker_code_reseeding_from_the_os_is_named_for_a_seeded_loader(
     assert first["cause"] == "data" and "same base seed each epoch" in first["cause_text"]
     code, report = compare_json(record("loader_workers.py"), record("loader_workers.py", tag="2"))
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+
+
+def test_persistent_workers_in_one_run_are_named_as_a_loader_setting(record: Recorder) -> None:
+    """A persistent_workers iterator is reset for its second epoch, not built again: it draws
+    no base seed then (none is recorded), and torch's generator parts from there. The loader's
+    settings, recorded at each epoch's first batch, differ from step 0."""
+    two_epochs = {"EPOCHS": "2"}
+    a = record("loader_workers.py", env=two_epochs)
+    b = record("loader_workers.py", env={**two_epochs, "PERSISTENT_WORKERS": "1"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["kind"], first["location"]) == (
+        0, "hyperparam", "dataloader",
+    )  # fmt: skip
+    assert "persistent_workers False in run A, True in run B" in first["origin_text"]
+    assert first["cause"] == "configuration" and "DataLoader was built" in first["cause_text"]
+    seeds = json.loads(run_cli("info", "--json", str(b)).stdout)["processes"][0]["meta"]["seeds"]
+    loader_seeds = [s["step"] for s in seeds if s["call"] == "DataLoader epoch base seed"]
+    assert loader_seeds == [0]  # (run A draws one at step 4 too)

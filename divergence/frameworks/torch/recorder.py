@@ -49,7 +49,7 @@ from divergence.frameworks.torch.fingerprint import (
 )
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
-from divergence.frameworks.torch.module_settings import module_settings
+from divergence.frameworks.torch.module_settings import loader_settings, module_settings
 from divergence.frameworks.torch.outputs import keyed_tensors, tensors_of
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import GroupSettings
@@ -107,6 +107,7 @@ class TorchRecorder(Instrumentation):
         # optimizers whose state before their first step is recorded (weakly held: a freed
         # optimizer's id can be a new one's)
         self.optimizers_seen: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.loader_iterators: weakref.WeakSet[object] = weakref.WeakSet()
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -689,9 +690,16 @@ class TorchRecorder(Instrumentation):
         return __next__
 
     def record_batch(self, batch: object, iterator: object = None) -> None:
+        s = self.session
         if getattr(iterator, "_num_yielded", 0) == 1:  # an epoch's first batch
-            self._note_loader_seed(iterator)
-        if self.session.begin_event() and self.session.wants("dataloader"):
+            if iterator not in self.loader_iterators:  # (a persistent_workers iterator is
+                # reset for the next epoch, not built again: it draws no new seed)
+                self.loader_iterators.add(iterator)
+                self._note_loader_seed(iterator)
+            if s.begin_event() and s.wants("dataloader"):
+                fingerprint, text = self.group_settings(loader_settings(iterator))
+                s.add(Phase.DATA, Kind.HYPERPARAM, "dataloader", fingerprint, note=text)
+        if s.begin_event() and s.wants("dataloader"):
             self._add_all(Phase.DATA, Kind.BATCH, "dataloader", tensors_of(batch))
 
     def _note_loader_seed(self, iterator: object) -> None:
