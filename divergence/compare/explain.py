@@ -46,11 +46,32 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     if divergence.phase == Phase.INIT.label:
         divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
     _explain_kind(divergence, run, row, same_step, previous)
+    _explain_batched_step(divergence, run.meta, kind)
     weights_read = kind == Kind.OUTPUT or (
         kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label
     )
     if divergence.origin and divergence.facts["framework"] == "tensorflow" and weights_read:
         divergence.origin_text += KERAS_UNSEEN_WRITES
+
+
+def _explain_batched_step(divergence: Divergence, meta: dict[str, object], kind: Kind) -> None:
+    """A Keras step of ``steps_per_execution`` > 1 training steps holds its last one's records
+    only: a compute record that differs there shows where the difference surfaced, and an
+    earlier training step of the execution may hold its origin."""
+    per_execution = meta.get("steps_per_execution")
+    compute = divergence.phase in BATCHED_PHASES and kind != Kind.HYPERPARAM
+    if not isinstance(per_execution, int) or per_execution < 2 or not compute:
+        return
+    divergence.facts["execution"] = "batched"
+    divergence.origin = None
+    divergence.origin_text += (
+        f"; but step {divergence.step} is one execution of up to {per_execution} training "
+        f"steps (steps_per_execution={per_execution}), recorded by its last one only: the "
+        "difference may have started in an earlier one of them"
+    )
+
+
+BATCHED_PHASES = (Phase.FORWARD.label, Phase.BACKWARD.label, Phase.OPTIMIZER.label)
 
 
 # Keras runs record a variable at its layer's first call and after each update only

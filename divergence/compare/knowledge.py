@@ -45,6 +45,7 @@ LIST_FIELDS = (
     "global_seeds",
     "loader_seeds",
     "readings",
+    "executions",
 )
 COMPUTE_KINDS = (
     "output",
@@ -85,6 +86,7 @@ class Cause:
     global_seeds: tuple[str, ...] = ()  # "unset": a TF run that never set TF's global seed
     loader_seeds: tuple[str, ...] = ()  # "seeded": a DataLoader drew its epoch seeds (torch)
     readings: tuple[str, ...] = ()  # the numeric reading of the dumps, "none" without them
+    executions: tuple[str, ...] = ()  # "batched": a Keras step of several training steps
     holds_for: str = ""
 
     def applies(
@@ -115,6 +117,7 @@ class Cause:
             and _holds(self.global_seeds, facts.get("global_seed", ""))
             and _holds(self.loader_seeds, facts.get("loader_seed", ""))
             and _holds(self.readings, facts.get("reading", ""))
+            and _holds(self.executions, facts.get("execution", ""))
         )
 
 

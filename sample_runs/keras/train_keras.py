@@ -185,7 +185,12 @@ def main() -> None:
     parser.add_argument("--jit", action="store_true", help="jit_compile=True (XLA)")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--steps-per-execution", type=int, default=1)
-    parser.add_argument("--flip-step", type=int, default=-1)
+    parser.add_argument(
+        "--flip-step",
+        type=int,
+        default=int(os.environ.get("TRAIN_FLIP_STEP", "-1")),  # (a plant the argv does not show)
+        help="the training step whose flip layer flips a bit (or TRAIN_FLIP_STEP)",
+    )
     parser.add_argument("--relabel", action="store_true", help="another label for example 0")
     parser.add_argument("--class-weight", action="store_true", help="class 0 weighs twice")
     parser.add_argument(

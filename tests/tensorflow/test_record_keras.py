@@ -31,6 +31,7 @@ RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "eager_flip": (("--loop", "eager", "--model", "subclassed", *FLIP), {}),
     "onednn_off": ((), {"TF_ENABLE_ONEDNN_OPTS": "0"}),
     "per_execution": (("--steps-per-execution", "2"), {}),
+    "per_execution_flip": (("--steps-per-execution", "2"), {"TRAIN_FLIP_STEP": "2"}),
     "tfdata_1": (("--tfdata-nondeterministic",), {}),
     "tfdata_2": (("--tfdata-nondeterministic",), {}),
     "fit_lr": (("--lr", "0.011"), {}),
@@ -153,6 +154,16 @@ def test_notes_say_what_xla_and_steps_per_execution_change(keras_cli: Any, runs:
     per_execution = Run.open(runs / "per_execution").processes[0].load()
     assert any("steps_per_execution=2" in note for note in per_execution.meta["notes"])
     assert int(per_execution.records["step"].max()) == 2  # 6 batches in 3 executions
+    assert per_execution.meta["steps_per_execution"] == 2
+
+
+def test_a_step_of_several_training_steps_claims_no_origin(keras_cli: Any, runs: Path) -> None:
+    """The flip at training step 2, the first of execution 1 (steps 2 and 3), shows in step
+    3's records, the only ones that execution keeps: where it surfaced is not the origin."""
+    first = first_difference(keras_cli, runs / "per_execution", runs / "per_execution_flip")
+    assert (first["step"], first["phase"], first["origin"]) == (1, "forward", None)
+    assert "steps_per_execution=2), recorded by its last one only" in first["origin_text"]
+    assert first["cause"] == "unknown" and "steps_per_execution=1" in first["cause_text"]
 
 
 def test_tf_data_with_deterministic_false_is_a_data_divergence(

@@ -105,6 +105,7 @@ class KerasRecorder(Instrumentation):
         self.eager_cache: dict[Any, Fingerprint] = {}
         self.dump_variables: dict[tuple[Any, ...], Any] = {}
         self.notes: list[str] = []
+        self.steps_per_execution = 1  # the most a fit() used (compare reads it)
         self.settings = GroupSettings()
         self.tape_gradients: dict[int, weakref.ref[Any]] = {}
         # variable id -> the gradient the tape returned for it, held (an eager loop that clips
@@ -133,7 +134,7 @@ class KerasRecorder(Instrumentation):
             self.undo.append(when_imported(module, self.guard(patch)))
         self.register(
             step_start=self.at_step_start,
-            metadata=functools.partial(tf_metadata, self.notes),
+            metadata=self._metadata,
             probe=self.probe,
             pending=(Pending, resolve_pending),
         )
@@ -148,6 +149,12 @@ class KerasRecorder(Instrumentation):
     def _patch_trainer(self, module: ModuleType) -> None:
         self.patch(module.TensorFlowTrainer, "fit", self._wrap_fit)
         self.patch(module.TensorFlowTrainer, "_compute_loss", self._wrap_compute_loss)
+
+    def _metadata(self) -> dict[str, Any]:
+        meta = tf_metadata(self.notes)
+        if self.steps_per_execution > 1:
+            meta["steps_per_execution"] = self.steps_per_execution
+        return meta
 
     def note(self, text: str) -> None:
         """A fact about this run's recording, kept in the run metadata (``meta["notes"]``)."""
@@ -621,6 +628,7 @@ class KerasRecorder(Instrumentation):
         self._record_state_held(getattr(model, "optimizer", None))
         per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
         if per_execution > 1:
+            self.steps_per_execution = max(self.steps_per_execution, per_execution)
             self.note(
                 f"steps_per_execution={per_execution}: one recorded step per execution of "
                 f"{per_execution} training steps; its records are those of the last step"
