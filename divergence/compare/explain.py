@@ -45,6 +45,8 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     divergence.facts["layout"] = _layout(divergence)
     if divergence.phase == Phase.INIT.label:
         divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
+    if _recomputes(run, np.append(same_step, row)):
+        divergence.facts["forward"] = "recomputed"
     _explain_kind(divergence, run, row, same_step, previous)
     _explain_batched_step(divergence, run.meta, kind)
     weights_read = kind == Kind.OUTPUT or (
@@ -52,6 +54,14 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     )
     if divergence.origin and divergence.facts["framework"] == "tensorflow" and weights_read:
         divergence.origin_text += KERAS_UNSEEN_WRITES
+
+
+def _recomputes(run: RunFile, rows: np.ndarray) -> bool:
+    """Whether ``rows`` hold a forward recomputed in the backward (activation checkpointing):
+    module inputs or outputs recorded in the backward phase."""
+    records = run.records
+    module_call = np.isin(records["kind"][rows], (Kind.INPUT, Kind.OUTPUT))
+    return bool((module_call & (records["phase"][rows] == Phase.BACKWARD)).any())
 
 
 def _explain_batched_step(divergence: Divergence, meta: dict[str, object], kind: Kind) -> None:

@@ -46,6 +46,7 @@ LIST_FIELDS = (
     "loader_seeds",
     "readings",
     "executions",
+    "forwards",
 )
 COMPUTE_KINDS = (
     "output",
@@ -87,6 +88,7 @@ class Cause:
     loader_seeds: tuple[str, ...] = ()  # "seeded": a DataLoader drew its epoch seeds (torch)
     readings: tuple[str, ...] = ()  # the numeric reading of the dumps, "none" without them
     executions: tuple[str, ...] = ()  # "batched": a Keras step of several training steps
+    forwards: tuple[str, ...] = ()  # "recomputed": a forward run again in the backward
     holds_for: str = ""
 
     def applies(
@@ -118,6 +120,7 @@ class Cause:
             and _holds(self.loader_seeds, facts.get("loader_seed", ""))
             and _holds(self.readings, facts.get("reading", ""))
             and _holds(self.executions, facts.get("execution", ""))
+            and _holds(self.forwards, facts.get("forward", ""))
         )
 
 

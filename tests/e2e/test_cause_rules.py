@@ -124,6 +124,18 @@ def test_worker_code_reseeding_from_the_os_is_named_for_a_seeded_loader(
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
 
 
+def test_a_recomputed_dropout_without_its_generator_state_is_named(record: Recorder) -> None:
+    """checkpoint(preserve_rng_state=False) in one run: the forward pass matches, the
+    dropout recomputed in the backward draws another mask."""
+    a = record("checkpointed.py", tag="a")
+    code, report = compare_json(a, record("checkpointed.py", env={"CHECKPOINT_FORGETS_RNG": "1"}))
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["phase"]) == (0, "backward")
+    assert first["location"] == "blocks.2.act" and first["kind"] == "grad_output"  # (the
+    # recompute stops once it has what the backward needs: the dropout's output is not seen)
+    assert first["cause"] == "rng" and "preserve_rng_state=True" in first["cause_text"]
+
+
 def test_persistent_workers_in_one_run_are_named_as_a_loader_setting(record: Recorder) -> None:
     """A persistent_workers iterator is reset for its second epoch, not built again: it draws
     no base seed then (none is recorded), and torch's generator parts from there. The loader's

@@ -1,7 +1,8 @@
 """Activation checkpointing: each block's forward runs again inside the backward.
 
 No optimizer (a manual SGD update), so steps are root-module forwards: a recomputation must not
-count as one. Fully seeded.
+count as one. Fully seeded. ``CHECKPOINT_FORGETS_RNG=1`` in the environment checkpoints with
+``preserve_rng_state=False``: the recomputed dropout draws another mask.
 
     python tests/example_scripts/checkpointed.py [--reentrant] [--steps 3] [--out PATH]
 """
@@ -9,10 +10,13 @@ count as one. Fully seeded.
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+PRESERVE = not os.environ.get("CHECKPOINT_FORGETS_RNG")
 
 
 class Block(nn.Module):
@@ -35,7 +39,7 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=self.reentrant)
+            x = checkpoint(block, x, use_reentrant=self.reentrant, preserve_rng_state=PRESERVE)
         return self.head(x)
 
 
