@@ -150,7 +150,7 @@ def hunt(
         return result
     divergence = first.comparison.first
     assert divergence is not None
-    skip = _zoom_skip_reason(divergence)
+    skip = _zoom_skip_reason(divergence) or _steady_against(result, divergence.step)
     if skip:
         result.zoom_skipped = skip
         return result
@@ -165,6 +165,21 @@ def hunt(
         result.zoom_config = config
     result.zoom = Pair(zoom_runs[0], zoom_runs[1], compare_runs(*zoom_runs))
     return result
+
+
+def _steady_against(h: Hunt, step: int) -> str:
+    """Why a zoom cannot help against a reference this command's runs all differ from alike:
+    the zoom re-records this command only, whose runs match each other."""
+    if h.against is None or len(h.recorded) < 2:
+        return ""
+    if not compare_runs(h.recorded[0], h.recorded[1]).identical:
+        return ""
+    return (
+        f"this command's runs match each other and each differs from {h.against.name}: a "
+        "steady difference (the reference was made with another command, environment or "
+        "code), not nondeterminism, which re-recording this command cannot show at op level; "
+        f"record both with --granularity op --steps {step}:{step + 1} and compare them"
+    )
 
 
 def _zoom_skip_reason(d: Divergence) -> str:

@@ -60,20 +60,31 @@ def summary_rows(h: Hunt) -> list[tuple[str, str]]:
     against = f" against {_short(h.against)}" if h.against is not None else ""
     rows.append(("hash-only", f"{len(h.recorded)} run(s){against}: {h.seen()}"))
     if h.zoom_skipped:
-        rows.append(("zoom", f"not needed: {h.zoom_skipped}"))
+        rows.append(("zoom", f"not made: {h.zoom_skipped}"))
     elif h.zoom is not None and h.zoom_config is not None:
         config = h.zoom_config
         # (the generator states it also keeps are evidence, not scope)
         modules = [g for g in config.include if g not in RNG_STATE_GLOBS]
         scope = ", ".join(modules) if modules else "every module"
-        outcome = (
-            "diverged again"
-            if h.reproduced
-            else "did NOT diverge: the divergence is intermittent (it "
-            f"{h.seen()} hash-only, 0 of 1 at op level); the report shows the hash-only run"
-        )
+        outcome = "diverged again" if h.reproduced else _not_reproduced(h)
         rows.append(("zoom", f"op level, step {config.steps.start}, {scope}: {outcome}"))
     return rows
+
+
+def _not_reproduced(h: Hunt) -> str:
+    """The zoom pair (two runs of this command) matched: against a reference, the difference
+    may be the reference's own making, not this command's nondeterminism."""
+    shown = "; the report shows the hash-only run"
+    if h.against is None:
+        return (
+            f"did NOT diverge: the divergence is intermittent (it {h.seen()} hash-only, 0 of "
+            f"1 at op level){shown}"
+        )
+    return (
+        f"did NOT diverge: this command's two runs at op level match; the difference from "
+        f"{_short(h.against)} is intermittent, or the reference was made otherwise (another "
+        f"command, environment or code: --runs 2 tells them apart){shown}"
+    )
 
 
 def inspect_commands(h: Hunt) -> list[str]:

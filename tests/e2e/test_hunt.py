@@ -72,3 +72,19 @@ def test_divergence_that_does_not_reproduce_is_reported_as_intermittent(
     assert code == 1 and report["zoom"]["reproduced"] is False
     assert report["seen"] == "diverged in 1 of 1 pair"
     assert report["report"]["run_a"] == str(reference)  # the hash-only pair is what is shown
+
+
+def test_a_steady_difference_from_the_reference_is_not_zoomed(
+    record: Recorder, tmp_path: Path
+) -> None:
+    """Both runs of the command differ from a reference made otherwise (a planted flip) and
+    match each other: re-recording the command twice could only match again."""
+    reference = record("mlp.py", "--steps", "3", "--flip-step", "1")
+    code, report = hunt(
+        tmp_path / "h", str(SCRIPTS / "mlp.py"), "--steps", "3",
+        options=("--runs", "2", "--against", str(reference)),
+    )  # fmt: skip
+    assert code == 1 and report["seen"] == "diverged in 2 of 2 pairs"
+    assert report["zoom"] is None and "steady difference" in report["zoom_skipped"]
+    assert "--granularity op --steps 1:2" in report["zoom_skipped"]
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == ["run1", "run2"]
