@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import signal
 
+# A recording note that limits what compare can say: repeated in its report.
+KERAS_ON_TORCH = (
+    "Keras on the torch backend is recorded through torch's hooks only: steps follow torch's "
+    "events (a forward or backward), not Keras batches, its layers are named as torch modules "
+    "and its optimizer's settings are not recorded (Keras is supported on TensorFlow)"
+)
+
 
 def counted(n: int, noun: str, plural: str = "") -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {plural or noun + 's'}"

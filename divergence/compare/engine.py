@@ -23,7 +23,7 @@ from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
 from divergence.store.schema import BARE_TENSOR, SAMPLE_WEIGHT, Kind, Phase, Status, parse_shape
-from divergence.wording import describe_status
+from divergence.wording import KERAS_ON_TORCH, describe_status
 
 
 def compare_runs(
@@ -581,6 +581,14 @@ def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
     """A run whose recording stopped early, or whose training failed, matches only as far as
     it was recorded: say so."""
     notes = []
+    keras_on_torch = [
+        which
+        for which, file in zip("AB", files[0] if files else (), strict=False)
+        if KERAS_ON_TORCH in (file.meta.get("notes") or [])
+    ]
+    if keras_on_torch:
+        runs = "runs A and B" if len(keras_on_torch) == 2 else f"run {keras_on_torch[0]}"
+        notes.append(f"{runs}: {KERAS_ON_TORCH}")
     for file_a, file_b in files:
         for which, file in (("A", file_a), ("B", file_b)):
             failure = (file.end or {}).get("failure")

@@ -98,6 +98,7 @@ class KerasCli:
     """The helpers above, handed to tests as a fixture (this folder is not a package)."""
 
     record = staticmethod(record)
+    run = staticmethod(run)
     plain = staticmethod(plain)
     child_env = staticmethod(child_env)
     compare = staticmethod(compare)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import random
+import sys
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -66,6 +67,7 @@ from divergence.store.schema import (
     Phase,
     with_key,
 )
+from divergence.wording import KERAS_ON_TORCH
 
 WRAPPERS = frozenset(
     {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
@@ -108,6 +110,7 @@ class TorchRecorder(Instrumentation):
         # optimizer's id can be a new one's)
         self.optimizers_seen: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self.loader_iterators: weakref.WeakSet[object] = weakref.WeakSet()
+        self.keras_layers_seen = False
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -147,7 +150,7 @@ class TorchRecorder(Instrumentation):
                     self.patch_generator_state(module, getter, setter, label, _state_fingerprint)
         self.register(
             step_start=self.at_step_start,
-            metadata=torch_metadata,
+            metadata=self._metadata,
             probe=self.probe,
             pending=(PendingSum, resolve_pending),
         )
@@ -215,8 +218,18 @@ class TorchRecorder(Instrumentation):
                 name = self._adopt_root(module)
         return name
 
+    def _metadata(self) -> dict[str, Any]:
+        meta = torch_metadata()
+        if self.keras_layers_seen:
+            meta["notes"] = [KERAS_ON_TORCH]
+        return meta
+
     def _adopt_root(self, root: torch.nn.Module) -> str:
         """Name a new root's module tree and parameters; record its initial parameters."""
+        if not self.keras_layers_seen and type(root).__module__.startswith("keras."):
+            self.keras_layers_seen = True  # (Keras 3 on the torch backend: its layers are
+            # torch modules, its fit() loop and optimizers are not torch's)
+            print(f"diverge: {KERAS_ON_TORCH}", file=sys.stderr)
         number = self._absorb_roots_inside(root)
         if number is None:
             number, self.roots_named = self.roots_named, self.roots_named + 1

@@ -1,0 +1,16 @@
+"""Keras 3 on the torch backend (``KERAS_BACKEND=torch``, set here): a tiny Dense model trained
+with ``fit``. Recorded through torch's hooks; the recorder says that this is all it sees."""
+
+import os
+
+os.environ["KERAS_BACKEND"] = "torch"
+
+import keras
+import numpy as np
+
+keras.utils.set_random_seed(int(os.environ.get("SEED", "1")))
+x = np.random.default_rng(0).normal(size=(64, 6)).astype("float32")
+y = np.random.default_rng(1).integers(0, 3, 64)
+model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8), keras.layers.Dense(3)])
+model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, batch_size=32, epochs=1, verbose=0)
