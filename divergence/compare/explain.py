@@ -383,7 +383,15 @@ def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np
     where = (
         f"{_code(caller)}'s own forward code" if caller else "the training code, outside any module"
     )
-    divergence.origin_text = f"in {where}, after {previous} and before it called {_code(name)}"
+    call = ""
+    if divergence.occurrence is not None:  # (a module called again: which call is which)
+        k = divergence.occurrence[0]
+        call = f" (call {k})"
+        if before.size and records["name"][before[-1]] == records["name"][row] and k > 1:
+            previous += f" (call {k - 1})"
+    divergence.origin_text = (
+        f"in {where}, after {previous} and before it called {_code(name)}{call}"
+    )
     divergence.origin_text += _hooks_after(run, int(before[-1])) if before.size else ""
 
 
