@@ -447,6 +447,7 @@ def _layout(divergence: Divergence) -> str:
 
 
 LOADER_SEED = "DataLoader epoch base seed"  # its seeds call (frameworks/torch/recorder.py)
+TF_SEED_CALLS = {"tf.random.set_seed", "keras.utils.set_random_seed"}  # (TF's global seed)
 
 
 def run_facts(meta: dict[str, object]) -> dict[str, str]:
@@ -463,7 +464,7 @@ def run_facts(meta: dict[str, object]) -> dict[str, str]:
     seeds = meta.get("seeds")
     calls = [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
     if facts["framework"] == "tensorflow":  # (keras.utils.set_random_seed calls it too)
-        seeded = "tf.random.set_seed" in calls or meta.get("tf_global_seed") is not None
+        seeded = bool(TF_SEED_CALLS & set(calls)) or meta.get("tf_global_seed") is not None
         facts["global_seed"] = "set" if seeded else "unset"
     if LOADER_SEED in calls:  # (the same in both runs when the generators fact is "matched")
         facts["loader_seed"] = "seeded"

@@ -281,6 +281,8 @@ def test_two_optimizers_of_one_class_have_their_own_settings(
     records = file.records
     rows = records[(records["kind"] == Kind.HYPERPARAM) & (records["phase"] == Phase.OPTIMIZER)]
     assert [file.strings[i] for i in rows["name"]] == ["Adam.settings", "Adam#1.settings"] * 2
+    # (keras.utils.set_random_seed seeds TF's global seed: named as the call the program made)
+    assert {"call": "keras.utils.set_random_seed", "seed": "0"} in file.meta["seeds"]
     code, report = keras_cli.compare(*runs)
     assert (code, report["first_divergence"]["location"]) == (1, "Adam#1.settings")
 

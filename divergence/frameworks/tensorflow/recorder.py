@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import weakref
 from collections.abc import Callable
 from fnmatch import fnmatchcase
@@ -692,7 +693,10 @@ class KerasRecorder(Instrumentation):
 
         @functools.wraps(original)
         def set_seed(seed: Any) -> Any:
-            session.seeds.append({"call": "tf.random.set_seed", "seed": repr(seed)})
+            caller = sys._getframe(1).f_code  # (the call the program made: Keras' seeds all)
+            keras_call = caller.co_name == "set_random_seed" and "keras" in caller.co_filename
+            call = "keras.utils.set_random_seed" if keras_call else "tf.random.set_seed"
+            session.seeds.append({"call": call, "seed": repr(seed)})
             return original(seed)
 
         return set_seed
