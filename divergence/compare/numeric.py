@@ -71,7 +71,9 @@ Then, in order:
 3. ``"reduction-order noise"``: no NaN mismatch and every mismatched element within noise.
 4. ``"large change"``: few elements differ (at most 3, or at most 1% of the elements) and at
    least one of them is a NaN mismatch or large.
-5. ``"mixed"``: anything else (many elements beyond noise, or noise plus large changes).
+5. ``"small change"``: few elements differ and none is large, but at least one is beyond noise
+   (one input nudged by 1e-3: a real change, too small to be called large).
+6. ``"mixed"``: anything else (many elements beyond noise, or noise plus large changes).
 
 Example:
     >>> import numpy as np
@@ -114,6 +116,7 @@ READINGS: Final[tuple[str, ...]] = (
     "identical",
     "reduction-order noise",
     "large change",
+    "small change",
     "mixed",
     "non-float difference",
 )
@@ -127,6 +130,10 @@ _EXPLANATIONS: Final[dict[str, str]] = {
     ),
     "large change": (
         "few elements changed by a lot, or a NaN or inf appeared: a real bug or a data difference"
+    ),
+    "small change": (
+        "few elements changed beyond rounding noise, each by less than a large change: a real "
+        "difference (an input nudged, another constant), not another summation order"
     ),
     "mixed": "changes beyond rounding noise in many elements, or noise plus a few large changes",
     "non-float difference": "integer or boolean values differ",
@@ -446,6 +453,8 @@ def numeric_diff(a: AnyArray, b: AnyArray, dtype: str) -> NumericDiff:
             large = inf_change | ((ulp > fmt.large_ulp) & ~noise)
             if _few(mismatched, total) and (nan_mismatch > 0 or bool(large.any())):
                 reading = "large change"
+            elif _few(mismatched, total):
+                reading = "small change"
             else:
                 reading = "mixed"
 

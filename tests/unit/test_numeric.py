@@ -274,6 +274,16 @@ def test_sign_flip_far_from_zero_is_not_noise() -> None:
     assert numeric_diff(a, b, "float64").reading == "large change"
 
 
+def test_one_element_nudged_past_noise_is_a_small_change() -> None:
+    # 1e-3 added to one element of 0.29: ~33500 ULPs of it, under the large limit (2**16)
+    a = np.linspace(0.0, 0.3, 32, dtype=np.float32)
+    b = a.copy()
+    b[30] += np.float32(1e-3)
+    d = numeric_diff(a, b, "float32")
+    assert (d.mismatched, d.reading) == (1, "small change")
+    assert 2**10 < d.max_ulp < 2**16
+
+
 def test_widespread_large_changes_are_mixed() -> None:
     rng = np.random.default_rng(1)
     a = rng.standard_normal(500).astype(np.float32)
@@ -294,7 +304,7 @@ def test_float64_large_limit_is_relative() -> None:
     b[0] = 1.0 + 2**-30  # 2**22 ULPs: float64 rounding-level, below the 2**45 large limit
     d = numeric_diff(a, b, "float64")
     assert d.max_ulp == 2**22
-    assert d.reading == "mixed"
+    assert d.reading == "small change"  # (one element, beyond noise: not large)
     b[0] = 1.1
     assert numeric_diff(a, b, "float64").reading == "large change"
 
