@@ -65,3 +65,5 @@ def test_a_run_recorded_with_a_steps_stop_says_so(tmp_path: Path) -> None:
     first = compare_runs(a, tmp_path / "b").first
     assert first is not None and first.reason == "length"
     assert "run B ends after 2 complete steps (recorded with --steps 0:2)" in first.origin_text
+    assert first.cause == "length" and "other --steps ranges" in first.cause_text
+    assert "check the exit status" not in first.cause_text  # (nothing crashed)
