@@ -555,6 +555,7 @@ def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray
         last_difference_step=int(steps[-1]),
         aligned_until_step=None if aligned else int(a.records["step"][structure_end]),
         compared_until_step=int(a.records["step"][shorter - 1]) if ended else None,
+        loss_recorded=bool(loss.size) or bool((kind == Kind.LOSS).any()),
     )
 
 

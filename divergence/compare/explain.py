@@ -468,6 +468,9 @@ def run_facts(meta: dict[str, object]) -> dict[str, str]:
         facts["global_seed"] = "set" if seeded else "unset"
     if LOADER_SEED in calls:  # (the same in both runs when the generators fact is "matched")
         facts["loader_seed"] = "seeded"
+    config = meta.get("record_config")
+    if isinstance(config, dict) and (config.get("include") or config.get("exclude")):
+        facts["filters"] = "globs"  # (compare refuses runs recorded with other globs)
     return facts
 
 

@@ -47,6 +47,7 @@ LIST_FIELDS = (
     "readings",
     "executions",
     "forwards",
+    "filters",
 )
 COMPUTE_KINDS = (
     "output",
@@ -89,6 +90,7 @@ class Cause:
     readings: tuple[str, ...] = ()  # the numeric reading of the dumps, "none" without them
     executions: tuple[str, ...] = ()  # "batched": a Keras step of several training steps
     forwards: tuple[str, ...] = ()  # "recomputed": a forward run again in the backward
+    filters: tuple[str, ...] = ()  # "globs": recorded with --include/--exclude
     holds_for: str = ""
 
     def applies(
@@ -121,6 +123,7 @@ class Cause:
             and _holds(self.readings, facts.get("reading", ""))
             and _holds(self.executions, facts.get("execution", ""))
             and _holds(self.forwards, facts.get("forward", ""))
+            and _holds(self.filters, facts.get("filters", ""))
         )
 
 

@@ -105,6 +105,7 @@ class Propagation:
     last_difference_step: int = 0
     aligned_until_step: int | None = None  # records compared up to there (then a structure)
     compared_until_step: int | None = None  # the last step both runs recorded (None: all)
+    loss_recorded: bool = True  # (a loss record in the records compared)
 
     @property
     def healed(self) -> bool:

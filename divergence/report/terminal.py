@@ -188,6 +188,8 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
     loss = (
         f"differs from step {prop.first_loss_difference_step}"
         if prop.first_loss_difference_step is not None
+        else "not recorded (no backward() of a loss seen, or --include/--exclude left it out)"
+        if not prop.loss_recorded
         else "never differs (in the recorded steps)"
         if aligned is None
         else f"does not differ before step {aligned}"

@@ -1,0 +1,48 @@
+"""Runs recorded with --include/--exclude: what the globs left out was not compared, and the
+report says so (the loss line, a hint beside the cause). Written through the real Session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from divergence.compare.engine import compare_runs
+from divergence.fingerprint import Algorithm
+from divergence.record.config import RecordConfig
+from divergence.record.session import Fingerprint, Session
+from divergence.report.terminal import render_text
+from divergence.store.schema import Kind, Phase
+
+
+def write_run(path: Path, include: tuple[str, ...], changed: bool) -> Path:
+    """Two steps of ``fc`` (input, output) and the loss; ``fc``'s input differs at step 1 when
+    ``changed`` (the batch before it, filtered out, made it)."""
+    session = Session(RecordConfig(output=str(path), include=include), path)
+    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    for step in range(2):
+        session.begin_event()
+        for kind, value in ((Kind.INPUT, 1 + (changed and step == 1)), (Kind.OUTPUT, 2)):
+            if session.wants("fc"):
+                print_ = Fingerprint(value, "float32", (4,), Algorithm.XXH3_64)
+                session.add(Phase.FORWARD, kind, "fc", print_)
+        if session.wants("loss"):
+            session.add(Phase.BACKWARD, Kind.LOSS, "loss", Fingerprint(3, "float32", (), 1))
+        session.explicit_step()
+    session.finish()
+    return path
+
+
+def test_a_filtered_run_says_what_was_not_compared(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", ("fc*",), changed=False)
+    comparison = compare_runs(a, write_run(tmp_path / "b", ("fc*",), changed=True))
+    first = comparison.first
+    assert first is not None and (first.step, first.kind) == (1, "input")
+    assert "recorded with --include/--exclude: what those left out" in first.cause_text
+    assert "loss not recorded (no backward() of a loss seen" in render_text(comparison)
+
+
+def test_an_unfiltered_run_has_neither_note(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", (), changed=False)
+    comparison = compare_runs(a, write_run(tmp_path / "b", (), changed=True))
+    first = comparison.first
+    assert first is not None and "--include/--exclude" not in first.cause_text
+    assert "loss never differs" in render_text(comparison)
