@@ -442,8 +442,19 @@ NEW_PASS_PHASES = frozenset({Phase.RNG.label, Phase.DATA.label, Phase.FORWARD.la
 
 def _raised(file: RunFile, prefix: str = "") -> str:
     """The exception that ended the process, shortened, after ``prefix``; "" if none."""
-    raised = file.uncaught if len(file.uncaught) <= 100 else file.uncaught[:97] + "..."
+    raised = shortened(file.uncaught)
     return f"{prefix}{raised}" if raised else ""
+
+
+def shortened(error: str) -> str:
+    """An exception's text on one line; a long one keeps its start (the type) and its end,
+    where a wrapped error's innermost message is (a collective's peer that vanished).
+
+    >>> shortened("RuntimeError: callback failed: " * 5 + "Connection closed by peer")[-40:]
+    'llback failed: Connection closed by peer'
+    """
+    text = " ".join(error.split())
+    return text if len(text) <= 125 else f"{text[:40]} ... {text[-80:]}"
 
 
 def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:

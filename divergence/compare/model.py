@@ -152,8 +152,14 @@ class Comparison:
 
     @property
     def first(self) -> Divergence | None:
-        found = [p.first for p in self.processes if p.first is not None]
-        return min(found, key=lambda d: d.sort_key) if found else None
+        # (at one step and phase, a process that was killed comes first: the others' failures,
+        # a collective whose peer vanished, follow from it)
+        found = [
+            (p.first.sort_key, p.complete_a and p.complete_b, i, p.first)
+            for i, p in enumerate(self.processes)
+            if p.first is not None
+        ]
+        return min(found)[3] if found else None
 
     @property
     def identical(self) -> bool:

@@ -1,0 +1,30 @@
+"""Which process a multi-process comparison leads with: the earliest divergence, and at one
+step and phase the process that was killed (another rank's failure follows from it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from divergence.compare.model import Comparison, Divergence, ProcessComparison
+
+
+def process(name: str, step: int, complete: bool) -> ProcessComparison:
+    first = Divergence("length", name, step, "forward", "output", "fc", 0)
+    path = Path(name)
+    return ProcessComparison(name, path, path, 10, 6, 6, True, complete, first, None)
+
+
+def comparison(*processes: ProcessComparison) -> Comparison:
+    return Comparison(Path("a"), Path("b"), [], list(processes))
+
+
+def test_a_killed_rank_leads_at_the_same_step() -> None:
+    first = comparison(process("rank0", 5, True), process("rank1", 5, False)).first
+    assert first is not None and first.process == "rank1"
+
+
+def test_the_earliest_step_still_leads() -> None:
+    first = comparison(process("rank0", 4, True), process("rank1", 5, False)).first
+    assert first is not None and first.process == "rank0"
+    first = comparison(process("rank0", 5, True), process("rank1", 5, True)).first
+    assert first is not None and first.process == "rank0"  # (a tie: rank order)
