@@ -14,6 +14,7 @@ import click
 @click.argument("run", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.info/1).")
 def info(run: str, as_json: bool) -> int:
+    from divergence.errors import ExitCode
     from divergence.report.info import RunSummary, run_summary
 
     summary: RunSummary = run_summary(run)
@@ -23,4 +24,4 @@ def info(run: str, as_json: bool) -> int:
         from rich.console import Console
 
         Console(highlight=False).print(summary)
-    return 0
+    return int(ExitCode.TROUBLE) if summary.unreadable else 0

@@ -15,6 +15,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from divergence.compare.environment import flatten
+from divergence.errors import CorruptRunError
 from divergence.report.terminal import key_value_table
 from divergence.store.run import Run
 from divergence.store.schema import Kind
@@ -57,19 +58,20 @@ class ProcessSummary:
 class RunSummary:
     path: Path
     processes: list[ProcessSummary]
+    unreadable: list[str] = field(default_factory=list)  # a multi-process run's damaged files
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "diverge.info/1",
             "run": str(self.path),
             "processes": [{**p.__dict__, "path": str(p.path)} for p in self.processes],
+            "unreadable": self.unreadable,
         }
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield Text(
-            f"{self.path}: {len(self.processes)} process{'es' if len(self.processes) != 1 else ''}",
-            style="bold",
-        )
+        files = len(self.processes) + len(self.unreadable)
+        damaged = f" ({len(self.unreadable)} unreadable)" if self.unreadable else ""
+        yield Text(f"{self.path}: {counted(files, 'process', 'processes')}{damaged}", style="bold")
         for p in self.processes:
             state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
             steps = f"steps {p.first_step}..{p.last_step}" if p.steps else "no complete step"
@@ -85,6 +87,8 @@ class RunSummary:
             rows += [(key, str(flat[key])) for key in SHOWN_META if key in flat]
             rows += [(key, str(value)) for key, value in flat.items() if key.startswith("env.")]
             yield key_value_table(rows)
+        for line in self.unreadable:
+            yield Text(f"\nunreadable: {line}", style="bold red")
 
 
 def _ending(p: ProcessSummary) -> str:
@@ -106,10 +110,18 @@ def _count_probes(records: np.ndarray) -> int:
 
 
 def run_summary(path: str | Path) -> RunSummary:
+    """What each process file of the run holds. In a run of several processes a damaged file
+    is listed as unreadable and the others are summarised (compare too reads the others)."""
     run = Run.open(path)
-    processes = []
+    processes, unreadable = [], []
     for process in run.processes:
-        f = process.load()
+        try:
+            f = process.load()
+        except CorruptRunError as exc:
+            if len(run.processes) == 1:
+                raise
+            unreadable.append(f"{process.key}: {exc.one_line()}")
+            continue
         records = f.records[f.records["kind"] != Kind.STEP_END]
         kinds = Counter(Kind(k).label for k in records["kind"])
         processes.append(
@@ -131,4 +143,4 @@ def run_summary(path: str | Path) -> RunSummary:
                 ended_inside_step=f.ended_inside_step,
             )
         )
-    return RunSummary(Path(path), processes)
+    return RunSummary(Path(path), processes, unreadable)

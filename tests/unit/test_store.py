@@ -36,6 +36,7 @@ from divergence.store.schema import (
     step_end_fp,
 )
 from divergence.store.writer import Dump, RunFileWriter, mark_exit_status
+from tests.conftest import run_cli
 
 CHILD = Path(__file__).with_name("writer_child.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -631,3 +632,19 @@ def test_meta_round_trips_through_json(tmp_path: Path) -> None:
     with h5py.File(path, "r") as f:
         assert json.loads(f.attrs["meta"]) == {"nested": {"k": [1, 2.5, None]}}
     assert read_meta(path) == {"nested": {"k": [1, 2.5, None]}}
+
+
+def test_info_lists_a_damaged_rank_file_and_summarises_the_others(tmp_path: Path) -> None:
+    """A run of two ranks, one file truncated: info shows rank0 and names rank1 unreadable,
+    exit 2 (a single-process run's damaged file stays an error of its own)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_run(run / "rank0.h5", steps=3, rows=20)
+    write_run(tmp_path / "whole.h5", steps=3, rows=20)
+    data = (tmp_path / "whole.h5").read_bytes()
+    (run / "rank1.h5").write_bytes(data[: len(data) // 2])
+    result = run_cli("info", str(run))
+    text = " ".join(result.stdout.split())  # (rich wraps at the terminal's width)
+    assert result.returncode == 2
+    assert "2 processes (1 unreadable)" in text and "rank0.h5: 3 steps" in text
+    assert "unreadable: rank1: " in text and "truncated" in text
