@@ -63,6 +63,12 @@ def show_probes(
     file_a = _single(run)
     file_b = _single(against) if against is not None else None
     rows = matching_rows(file_a, step, pattern)
+    steps = file_a.steps
+    if steps.size and not (steps == step).any():
+        raise UsageError(
+            f"{run} has no step {step}",
+            hint=f"its steps are {int(steps[0])}..{int(steps[-1])}",
+        )
     if not rows:
         raise UsageError(
             f"no record of step {step} in {run} matches {pattern!r}",

@@ -117,6 +117,16 @@ def human_size(size: float) -> str:
     raise AssertionError("unreachable")
 
 
+def shortened_command(command: list[str]) -> str:
+    """The command as its banner shows it: one line, a long ``python -c`` program cut.
+
+    >>> shortened_command(["python", "-c", "import x; x.f(1); " * 20])[-28:]
+    '; x.f(1); import x; x.f( ...'
+    """
+    text = " ".join(" ".join(command).split())
+    return text if len(text) <= 100 else text[:96] + " ..."
+
+
 def record(command: list[str], config: RecordConfig, force: bool = False) -> int:
     """Run ``command`` recorded into ``config.output``; returns the command's exit status."""
     command = resolve_command(command)
@@ -126,7 +136,7 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
     handshake = Path(tempfile.mkdtemp(prefix="diverge-"))
     try:
         env = child_environment(config, handshake)
-        say(f"recording {' '.join(command)}")
+        say(f"recording {shortened_command(command)}")
         say(f"writing run to {output}/")
         status = run_child(command, env, handshake)
         return finish(output, handshake, status, command)

@@ -45,3 +45,10 @@ def test_show_against_with_numeric_diff(record: Recorder) -> None:
     whole = run_cli("show", str(a), "--step", "0", "--limit", "100000", "--json")  # every record
     names = {r["a"]["name"] for r in json.loads(whole.stdout)["records"]}
     assert {"block", "block.fc", "block.fc.weight", "block/aten.bitwise_xor_.Scalar"} <= names
+
+
+def test_show_of_a_step_the_run_does_not_hold_names_its_steps(record: Recorder) -> None:
+    run = record("mlp.py", "--steps", "1", options=DUMPED)
+    result = run_cli("show", str(run), "--step", "5", "--probe", "*")
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("has no step 5 (hint: its steps are 0..0)")
