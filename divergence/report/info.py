@@ -75,6 +75,8 @@ class RunSummary:
         for p in self.processes:
             state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
             steps = f"steps {p.first_step}..{p.last_step}" if p.steps else "no complete step"
+            if p.ended_inside_step is not None and p.ended_inside_step == p.last_step:
+                steps += f", step {p.last_step} partial: the exception ended it"
             exit_status = "unknown" if p.exit_status is None else p.exit_status
             yield Text(
                 f"\n{p.key}  {p.path.name}: {counted(p.steps, 'step')} ({steps}), "

@@ -223,6 +223,7 @@ def test_a_run_that_raised_inside_a_step_ended_there(
     assert f"ended inside step {raise_at}, raising {failure}" in first["origin_text"]
     info = " ".join(run_cli("info", str(runs[1])).stdout.split())
     assert f"; ended by {failure} inside step {raise_at}" in info
+    assert f"step {raise_at} partial: the exception ended it" in info
 
 
 @pytest.mark.parametrize("launcher", ["torch", "multiprocessing", "subclass"])
