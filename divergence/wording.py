@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import signal
 
-# A recording note that limits what compare can say: repeated in its report.
+# What limits a run recorded with ``keras_backend: "torch"`` in its metadata: said by record and
+# compare.
 KERAS_ON_TORCH = (
     "Keras on the torch backend is recorded through torch's hooks only: steps follow torch's "
     "events (a forward or backward), not Keras batches, its layers are named as torch modules "

@@ -542,7 +542,7 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
 
 
 def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray) -> Propagation:
-    """How far the divergence spread. Works on the differing rows and on the last step only:
+    """How far the divergence spread. Works on the differing rows and on the parameter rows:
     the step, kind and phase fields are strided columns of millions of rows. Differences
     are counted up to ``structure_end`` (past it the records no longer line up, which is
     said); the final parameters are compared by name, over the whole files."""
@@ -596,7 +596,7 @@ def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
     keras_on_torch = [
         which
         for which, file in zip("AB", files[0] if files else (), strict=False)
-        if KERAS_ON_TORCH in (file.meta.get("notes") or [])
+        if file.meta.get("keras_backend") == "torch"
     ]
     if keras_on_torch:
         runs = "runs A and B" if len(keras_on_torch) == 2 else f"run {keras_on_torch[0]}"

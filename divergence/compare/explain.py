@@ -291,14 +291,9 @@ def _explain_hyperparameter(divergence: Divergence) -> None:
             f"{settings_difference(divergence)}; set where the model is built"
         )
         return
-    set_by = (
-        "set where the DataLoader is built"  # (its settings are the data phase's only ones)
-        if divergence.phase == Phase.DATA.label
-        else "set by the training code, its configuration, or a learning-rate scheduler"
-    )
     divergence.origin_text = (
         f"in the settings of {_code(divergence.location)}: {settings_difference(divergence)}; "
-        f"{set_by}"
+        "set by the training code, its configuration, or a learning-rate scheduler"
     )
 
 

@@ -170,9 +170,9 @@ def hunt(
 def _steady_against(h: Hunt, step: int) -> str:
     """Why a zoom cannot help against a reference this command's runs all differ from alike:
     the zoom re-records this command only, whose runs match each other."""
-    if h.against is None or len(h.recorded) < 2:
+    if h.against is None or len(h.recorded) < 2 or not all(p.diverged for p in h.pairs):
         return ""
-    if not compare_runs(h.recorded[0], h.recorded[1]).identical:
+    if not all(compare_runs(h.recorded[0], run).identical for run in h.recorded[1:]):
         return ""
     return (
         f"this command's runs match each other and each differs from {h.against.name}: a "

@@ -136,20 +136,73 @@ def test_a_recomputed_dropout_without_its_generator_state_is_named(record: Recor
     assert first["cause"] == "rng" and "preserve_rng_state=True" in first["cause_text"]
 
 
+def test_a_gradient_left_to_accumulate_in_a_recomputing_step_is_not_put_down_to_rng(
+    record: Recorder,
+) -> None:
+    """The step recomputes forwards, but what differs first is a parameter's gradient, the
+    gradients into the modules matching: .grad accumulation (zero_grad skipped), not a mask."""
+    a = record("checkpointed.py", tag="a")
+    code, report = compare_json(a, record("checkpointed.py", env={"CHECKPOINT_KEEP_GRAD_AT": "1"}))
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["kind"]) == (1, "param_grad")
+    assert first["cause"] == "gradients"
+
+
 def test_persistent_workers_in_one_run_are_named_as_a_loader_setting(record: Recorder) -> None:
     """A persistent_workers iterator is reset for its second epoch, not built again: it draws
-    no base seed then (none is recorded), and torch's generator parts from there. The loader's
-    settings, recorded at each epoch's first batch, differ from step 0."""
+    no base seed then (none is recorded), and the loader's generator, and so its shuffle, parts
+    from there. The loaders' settings are in the metadata: evidence, not a divergence."""
     two_epochs = {"EPOCHS": "2"}
     a = record("loader_workers.py", env=two_epochs)
     b = record("loader_workers.py", env={**two_epochs, "PERSISTENT_WORKERS": "1"})
     code, report = compare_json(a, b)
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["kind"], first["location"]) == (
-        0, "hyperparam", "dataloader",
+        4, "batch", "dataloader",
     )  # fmt: skip
-    assert "persistent_workers False in run A, True in run B" in first["origin_text"]
-    assert first["cause"] == "configuration" and "DataLoader was built" in first["cause_text"]
+    keys = [d["key"] for d in report["environment_differences"]]
+    assert "dataloaders.0.persistent_workers" in keys
+    assert first["cause"] == "configuration" and "DataLoaders with other" in first["cause_text"]
     seeds = json.loads(run_cli("info", "--json", str(b)).stdout)["processes"][0]["meta"]["seeds"]
     loader_seeds = [s["step"] for s in seeds if s["call"] == "DataLoader epoch base seed"]
     assert loader_seeds == [0]  # (run A draws one at step 4 too)
+
+
+LOADER_WORKERS = """
+import os, torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(32, 6), torch.randint(0, 3, (32,)))
+workers = int(os.environ["WORKERS"])
+loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=workers,
+                    generator=torch.Generator().manual_seed(5))
+model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+if __name__ == "__main__":
+    for _ in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+def test_a_loader_setting_that_changes_no_batch_is_no_divergence(tmp_path: Path) -> None:
+    """Workers that load a dataset without randomness give the same batches: the runs are
+    identical, and the other num_workers shows among the environment differences only."""
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER_WORKERS)
+    runs = []
+    for workers in ("0", "2"):
+        out = tmp_path / f"w{workers}"
+        result = run_cli(
+            "record", "-o", str(out), "--", sys.executable, str(script),
+            env={"WORKERS": workers},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        runs.append(out)
+    code, report = compare_json(*runs)
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+    keys = [d["key"] for d in report["environment_differences"]]
+    assert keys == ["dataloaders.0.in_order", "dataloaders.0.num_workers"]  # (workers only)

@@ -226,7 +226,7 @@ def test_forked_training_processes_close_their_files_and_a_forked_worker_leaves_
     info = json.loads(run_cli("info", "--json", str(out)).stdout)
     processes = [(p["meta"]["process_index"], p["steps"], p["complete"]) for p in info["processes"]]
     assert processes == [([], 1, True), ([2], 2, True), ([3], 2, True)]  # ([1]: the worker)
-    assert set(info["processes"][0]["kinds"]) == {"rng_state", "hyperparam", "batch"}
+    assert set(info["processes"][0]["kinds"]) == {"rng_state", "batch"}
     plain = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True)
     assert plain.stdout.split()[-1] in result.stdout  # the same final parameters
 

@@ -2,7 +2,9 @@
 
 No optimizer (a manual SGD update), so steps are root-module forwards: a recomputation must not
 count as one. Fully seeded. ``CHECKPOINT_FORGETS_RNG=1`` in the environment checkpoints with
-``preserve_rng_state=False``: the recomputed dropout draws another mask.
+``preserve_rng_state=False``: the recomputed dropout draws another mask;
+``CHECKPOINT_KEEP_GRAD_AT=K`` zeroes only the head's gradients at step K: the checkpointed
+blocks' add to step K-1's, first seen after a block was recomputed.
 
     python tests/example_scripts/checkpointed.py [--reentrant] [--steps 3] [--out PATH]
 """
@@ -53,8 +55,9 @@ def main() -> None:
     model = Net(args.reentrant)
     x = torch.randn(8, 16, requires_grad=args.reentrant)  # reentrant needs an input with grad
     y = torch.randint(0, 2, (8,))
-    for _ in range(args.steps):
-        model.zero_grad()
+    keep_grad_at = int(os.environ.get("CHECKPOINT_KEEP_GRAD_AT", "-1"))
+    for step in range(args.steps):
+        (model.head if step == keep_grad_at else model).zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         with torch.no_grad():
             for param in model.parameters():

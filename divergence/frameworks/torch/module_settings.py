@@ -36,9 +36,9 @@ def module_settings(module: torch.nn.Module) -> dict[str, object] | None:
 
 
 def loader_settings(iterator: object) -> dict[str, object]:
-    """What a DataLoader iterator was built with that changes the batches or the generator
+    """What a DataLoader iterator was built with that can change the batches or the generator
     streams: ``persistent_workers`` (a reused iterator draws no new base seed an epoch, so
-    torch's generator moves otherwise), workers, order, batching, sampler and worker init.
+    its generator moves otherwise), workers, order, batching, sampler and worker init.
 
     >>> from torch.utils.data import DataLoader
     >>> it = iter(DataLoader(list(range(8)), batch_size=4, shuffle=True))
@@ -51,11 +51,11 @@ def loader_settings(iterator: object) -> dict[str, object]:
     settings: dict[str, object] = {
         "sampler": type(sampler).__name__,
         "batch_size": getattr(index_sampler, "batch_size", None),
-        "drop_last": getattr(iterator, "_drop_last", None),
+        # (a batch_sampler= of the program's own: its drop_last, not the loader's ignored one)
+        "drop_last": getattr(index_sampler, "drop_last", getattr(iterator, "_drop_last", None)),
         "num_workers": getattr(iterator, "_num_workers", None),
         "persistent_workers": getattr(iterator, "_persistent_workers", None),
         "in_order": getattr(iterator, "_in_order", None),  # (with workers only)
-        "prefetch_factor": getattr(iterator, "_prefetch_factor", None),
         "worker_init_fn": getattr(init, "__qualname__", type(init).__name__) if init else None,
     }
     return {key: value for key, value in settings.items() if _plain(value)}

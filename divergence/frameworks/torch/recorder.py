@@ -111,6 +111,7 @@ class TorchRecorder(Instrumentation):
         self.optimizers_seen: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self.loader_iterators: weakref.WeakSet[object] = weakref.WeakSet()
         self.keras_layers_seen = False
+        self.loaders_seen: list[dict[str, object]] = []  # each DataLoader's settings
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -220,8 +221,10 @@ class TorchRecorder(Instrumentation):
 
     def _metadata(self) -> dict[str, Any]:
         meta = torch_metadata()
-        if self.keras_layers_seen:
-            meta["notes"] = [KERAS_ON_TORCH]
+        if self.loaders_seen:
+            meta["dataloaders"] = {str(i): s for i, s in enumerate(self.loaders_seen)}
+        if self.keras_layers_seen:  # (compare words the note: see wording.KERAS_ON_TORCH)
+            meta["keras_backend"] = "torch"
         return meta
 
     def _adopt_root(self, root: torch.nn.Module) -> str:
@@ -704,16 +707,22 @@ class TorchRecorder(Instrumentation):
 
     def record_batch(self, batch: object, iterator: object = None) -> None:
         s = self.session
-        if getattr(iterator, "_num_yielded", 0) == 1:  # an epoch's first batch
-            if iterator not in self.loader_iterators:  # (a persistent_workers iterator is
-                # reset for the next epoch, not built again: it draws no new seed)
-                self.loader_iterators.add(iterator)
-                self._note_loader_seed(iterator)
-            if s.begin_event() and s.wants("dataloader"):
-                fingerprint, text = self.group_settings(loader_settings(iterator))
-                s.add(Phase.DATA, Kind.HYPERPARAM, "dataloader", fingerprint, note=text)
+        if getattr(iterator, "_num_yielded", 0) == 1 and iterator not in self.loader_iterators:
+            # (an epoch's first batch of an iterator built for it; a persistent_workers
+            # iterator is reset for the next epoch, not built again: it draws no new seed)
+            self.loader_iterators.add(iterator)
+            self._note_loader_seed(iterator)
+            self._note_loader_settings(iterator)
         if s.begin_event() and s.wants("dataloader"):
             self._add_all(Phase.DATA, Kind.BATCH, "dataloader", tensors_of(batch))
+
+    def _note_loader_settings(self, iterator: object) -> None:
+        """A DataLoader's settings in the metadata (``dataloaders``, by the order loaders are
+        first iterated), where compare shows them as evidence beside a divergence: as records
+        they would make runs differ that only set, say, another ``num_workers``."""
+        settings = loader_settings(iterator)
+        if settings not in self.loaders_seen:  # (one loader's epochs: one entry)
+            self.loaders_seen.append(settings)
 
     def _note_loader_seed(self, iterator: object) -> None:
         """The seed a DataLoader drew for the epoch from its ``generator=`` (or torch's), which
