@@ -328,7 +328,7 @@ def _draws(run: RunFile, step: int) -> dict[str, bool | None]:
     at_start, at_end = run.meta.get("rng_at_start"), run.meta.get("rng_at_end") or {}
     if not isinstance(at_start, dict) or not isinstance(at_end, dict):
         return {}
-    unchanged = {k for k, v in at_end.items() if at_start.get(k) == v} if at_end else set()
+    unchanged = {k for k, v in at_end.items() if at_start.get(k) == v}
     records = run.records
     rows = np.flatnonzero(records["kind"] == Kind.RNG_STATE)
     names = np.array([run.strings[i] for i in records["name"][rows]], dtype=object)
@@ -591,7 +591,7 @@ def _final_prints(run: RunFile) -> tuple[int, dict[str, tuple[int, str, str]]]:
 
 def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
     """A run whose recording stopped early, or whose training failed, matches only as far as
-    it was recorded: say so."""
+    it was recorded: say so. (Also what a run recorded on Keras' torch backend cannot show.)"""
     notes = []
     keras_on_torch = [
         which
