@@ -41,3 +41,63 @@ def test_a_single_bit_flip_on_the_device_changes_the_fingerprint() -> None:
     flipped.view(torch.int32)[1234] ^= 1
     a, b = resolve_pending([fingerprint_tensor(t).value, fingerprint_tensor(flipped).value])
     assert a != b
+
+
+SIZES = (1, 3, 8, 4095, 4096, 4097, 1 << 20)  # bytes % 8 != 0 take the eager path
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("numel", SIZES)
+def test_fused_and_eager_sums_equal_the_numpy_reference(dtype: torch.dtype, numel: int) -> None:
+    from divergence.fingerprint import as_words, smix64_word_sum
+    from divergence.frameworks.torch.fingerprint import device_word_sum, eager_word_sum
+
+    host = (torch.randn(numel) * 1000).to(dtype)
+    flat = host.cuda().view(torch.uint8)
+    bits = host.view(torch.uint8).numpy()
+    expected = smix64_word_sum(as_words(bits))
+    assert int(eager_word_sum(flat)) % (1 << 64) == expected
+    assert int(device_word_sum(host.cuda())) % (1 << 64) == expected
+
+
+def test_the_fused_kernel_reads_cuda_tensors_of_whole_words() -> None:
+    from divergence.frameworks.torch import fused_sum
+    from divergence.frameworks.torch.fingerprint import _FUSED, eager_word_sum
+
+    flat = torch.randn(1 << 22, device="cuda").view(torch.uint8)  # 16 MiB, 1024 programs
+    assert fused_sum.eligible(flat)
+    assert int(fused_sum.fused_word_sum(flat)) == int(eager_word_sum(flat))
+    _FUSED.word_sum(flat)
+    assert _FUSED._state == "ready"
+
+
+def test_views_off_word_alignment_and_strided_tensors_match_their_host_copies() -> None:
+    base = torch.randn(64, 33, device="cuda").half()
+    for view in (base[:, 1:], base.t(), base[1:].reshape(-1)[1:], base[::2]):
+        assert resolve_pending([fingerprint_tensor(view).value]) == [
+            smix64_fingerprint_tensor(view.cpu())
+        ]
+
+
+def test_a_failing_fused_kernel_hands_over_to_the_eager_path_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from divergence.frameworks.torch import fused_sum
+    from divergence.frameworks.torch.fingerprint import FusedWordSum
+
+    def broken(flat: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("no ptxas")
+
+    monkeypatch.setattr(fused_sum, "fused_word_sum", broken)
+    fused = FusedWordSum()
+    flat = torch.randn(1024, device="cuda").view(torch.uint8)
+    assert fused.word_sum(flat) is None
+    assert fused.word_sum(flat) is None
+    said = "fused CUDA fingerprints off (RuntimeError: no ptxas)"
+    assert capsys.readouterr().err.count(said) == 1  # said once, then eager without a word
+
+
+def test_a_large_tensor_equals_the_numpy_reference() -> None:
+    host = torch.randint(-(1 << 62), 1 << 62, (1 << 25,), dtype=torch.int64)  # 256 MiB
+    pending = fingerprint_tensor(host.cuda()).value
+    assert resolve_pending([pending]) == [smix64_fingerprint_array(host.numpy())]

@@ -9,7 +9,9 @@ False
 from __future__ import annotations
 
 import ctypes
+import sys
 import weakref
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -255,21 +257,71 @@ def _dense(t: torch.Tensor) -> bool:
 def device_word_sum(t: torch.Tensor) -> torch.Tensor:
     """The SMIX64 word sum of ``t``'s bytes in logical order, on ``t``'s device (no sync).
 
+    On CUDA with triton, whole aligned words take one fused kernel (``fused_sum``); the rest take
+    eager torch ops, which give the same value.
+
+    >>> t = torch.arange(4, dtype=torch.int64)
+    >>> int(device_word_sum(t)) == int(eager_word_sum(t.view(torch.uint8)))
+    True
+    """
+    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if flat.is_cuda:
+        fused = _FUSED.word_sum(flat)
+        if fused is not None:
+            return fused
+    return eager_word_sum(flat)
+
+
+def eager_word_sum(flat: torch.Tensor) -> torch.Tensor:
+    """The word sum of a contiguous byte view by torch ops, on any device (no sync).
+
     ~10 elementwise kernels and one reduction; int64 arithmetic wraps, ``>>`` is arithmetic so a
     mask makes it logical.
     """
-    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
     pad = (-flat.numel()) % 8
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
     words = flat.view(torch.int64)
     x = words ^ (
-        torch.arange(words.numel(), device=t.device, dtype=torch.int64) + _signed(SMIX_SEED)
+        torch.arange(words.numel(), device=flat.device, dtype=torch.int64) + _signed(SMIX_SEED)
     )
     x = (x ^ ((x >> 30) & ((1 << 34) - 1))) * _signed(SMIX_C1)
     x = (x ^ ((x >> 27) & ((1 << 37) - 1))) * _signed(SMIX_C2)
     x = x ^ ((x >> 31) & ((1 << 33) - 1))
     return x.sum()
+
+
+class FusedWordSum:
+    """Triton's fused kernel (imported at the first CUDA tensor) until it fails once: then eager
+    torch ops, which give the same bits, for the rest of the process."""
+
+    def __init__(self) -> None:
+        self._module: ModuleType | None = None
+        self._state = "unloaded"  # "unloaded", "ready" or the reason it is off
+
+    def word_sum(self, flat: torch.Tensor) -> torch.Tensor | None:
+        """The fused sum of ``flat``, or None where the eager path must read it."""
+        if self._state == "unloaded":
+            self._load()
+        module = self._module
+        if module is None or not module.eligible(flat):
+            return None
+        try:
+            total: torch.Tensor = module.fused_word_sum(flat)
+        except Exception as error:  # no compiler, an unsupported device: the eager path is exact
+            self._module, self._state = None, f"{type(error).__name__}: {error}"
+            print(f"diverge: fused CUDA fingerprints off ({self._state})", file=sys.stderr)
+            return None
+        return total
+
+    def _load(self) -> None:
+        from divergence.frameworks.torch import fused_sum
+
+        ready = fused_sum.KERNEL is not None
+        self._module, self._state = (fused_sum, "ready") if ready else (None, "no triton")
+
+
+_FUSED = FusedWordSum()  # a cache of what the process can run, like _HOST_VIEWS
 
 
 class PendingSum:
@@ -284,7 +336,7 @@ class PendingSum:
 def _fingerprint_device(
     t: torch.Tensor, name: str, shape: tuple[int, ...], extra: str
 ) -> Fingerprint:
-    seed = header_seed(name, shape, None, extra)
+    seed = header_seed(name, shape, None, extra) if extra else _seed(name, shape, None)
     return Fingerprint(PendingSum(device_word_sum(t), seed), name, shape, Algorithm.SMIX64_SUM)
 
 
