@@ -7,6 +7,7 @@ PIP := $(PY) -m pip
 # a CUDA build from the registry.
 TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 TORCH_SPEC := $(if $(TORCH_WHEEL),$(TORCH_WHEEL),torch==2.13.0)
+TRITON_SPEC := triton==3.6.0
 STAMP := $(VENV)/.installed
 
 .PHONY: install test demo bench lint clean
@@ -15,6 +16,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q -e ".[torch,tensorflow,dev]"
+	# triton apart, for its interpreter (tests/unit/test_fused_sum.py): never beside CPU torch
+	$(PIP) install -q --no-deps --upgrade --target $(VENV)/triton "$(TRITON_SPEC)"
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: a CUDA build of torch was installed; install the CPU wheel" >&2; exit 1; fi
 	touch $(STAMP)
