@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 
 import click
@@ -46,15 +47,19 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI and turn every failure into one stderr line and an exit code."""
+    """Entry point: run the CLI and turn every failure into one stderr line and an exit code
+    (and, for a command given ``--json``, a JSON error document on stdout)."""
+    args = sys.argv[1:] if argv is None else argv
     try:
-        result = cli.main(args=argv, prog_name="diverge", standalone_mode=False)
+        result = cli.main(args=args, prog_name="diverge", standalone_mode=False)
     except DivergenceError as exc:
+        echo_json_error(args, type(exc).__name__, exc.message, exc.hint)
         click.echo(f"diverge: error: {exc.one_line()}", err=True)
         return int(exc.exit_code)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
+        echo_json_error(args, "UsageError", exc.format_message(), None)
         click.echo(f"diverge: error: {exc.format_message()}", err=True)
         return int(ExitCode.TROUBLE)
     except (click.exceptions.Abort, KeyboardInterrupt):
@@ -64,3 +69,25 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return int(ExitCode.TROUBLE)
     return int(result or 0)
+
+
+def echo_json_error(args: list[str], error: str, message: str, hint: str | None) -> None:
+    """For ``diverge CMD --json ...``, the error as that command's JSON on stdout, so a program
+    that reads the JSON sees the trouble too (the one line still goes to stderr).
+
+    >>> echo_json_error(["compare", "--json", "a", "b"], "NotARunError", "a: not a run", None)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {"schema": "diverge.compare/1", "status": "error",
+     "error": {"type": "NotARunError", "message": "a: not a run", "hint": null}}
+    >>> echo_json_error(["compare", "a", "b"], "NotARunError", "a: not a run", None)  # no --json
+    """
+    own = args[: args.index("--")] if "--" in args else args
+    command = next((arg for arg in own if not arg.startswith("-")), None)
+    if command not in SUBCOMMANDS or "--json" not in own:
+        return
+    document = {
+        "schema": f"diverge.{command}/1",
+        "status": "error",
+        "error": {"type": error, "message": message, "hint": hint},
+    }
+    click.echo(json.dumps(document))

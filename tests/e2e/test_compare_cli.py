@@ -362,6 +362,16 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path: Path, record: Recorder) -> No
         assert result.stdout == ""
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+        as_json = run_cli("compare", "--json", str(good), path)
+        assert as_json.returncode == 2 and as_json.stderr == result.stderr
+        document = json.loads(as_json.stdout)
+        assert (document["schema"], document["status"]) == ("diverge.compare/1", "error")
+        assert message in document["error"]["message"] + str(document["error"]["hint"])
+    for command in (("info", "--json", str(text)), ("compare", "--json", str(good))):
+        result = run_cli(*command)
+        document = json.loads(result.stdout)  # a usage error in JSON too
+        assert result.returncode == 2 and document["schema"] == f"diverge.{command[0]}/1"
+        assert document["status"] == "error" and document["error"]["type"]
 
 
 def test_runs_of_different_scripts_are_refused(record: Recorder) -> None:
