@@ -288,8 +288,11 @@ class TorchRecorder(Instrumentation):
         fresh: list[tuple[str, torch.Tensor]] = []
         lazy: list[LazySlot] = []
         params = self.params
+        # Parameters first: Keras' torch-backend layers make their parameter dict (a module)
+        # when asked for their parameters.
+        named = list(root.named_parameters())
         modules = dict(root.named_modules())  # (a scripted root has no get_submodule)
-        for path, param in root.named_parameters():
+        for path, param in named:
             owner, _, key = path.rpartition(".")
             module = modules[owner]
             if is_lazy(param):
