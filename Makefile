@@ -9,6 +9,7 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 TORCH_SPEC := $(if $(TORCH_WHEEL),$(TORCH_WHEEL),torch==2.13.0)
 TRITON_SPEC := triton==3.6.0
 STAMP := $(VENV)/.installed
+TRITON_STAMP := $(VENV)/triton/.installed
 
 .PHONY: install test demo bench lint clean
 
@@ -16,20 +17,25 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q -e ".[torch,tensorflow,dev]"
-	# triton apart, for its interpreter (tests/unit/test_fused_sum.py): never beside CPU torch
-	$(PIP) install -q --no-deps --upgrade --target $(VENV)/triton "$(TRITON_SPEC)"
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: a CUDA build of torch was installed; install the CPU wheel" >&2; exit 1; fi
 	touch $(STAMP)
 
-install: $(STAMP)
+# triton apart, for its interpreter (tests/unit/test_fused_sum.py): never beside CPU torch.
+# It publishes Linux wheels only.
+$(TRITON_STAMP): $(STAMP)
+	if [ "$$(uname -s)" = Linux ]; then \
+		$(PIP) install -q --no-deps --upgrade --target $(VENV)/triton "$(TRITON_SPEC)"; fi
+	mkdir -p $(VENV)/triton && touch $(TRITON_STAMP)
+
+install: $(STAMP) $(TRITON_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check divergence tests bench
 	$(VENV)/bin/ruff format --check divergence tests bench
 	$(VENV)/bin/mypy
 
-test: $(STAMP)
+test: $(STAMP) $(TRITON_STAMP)
 	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 

@@ -63,3 +63,21 @@ def test_recording_leaves_the_cuda_training_bits_alone(tmp_path: Path) -> None:
     subprocess.run([sys.executable, SCRIPT], env={**os.environ, **env}, check=True)
     record(tmp_path / "run", "--dump", env={**env, "WEIGHTS_OUT": str(recorded)})
     assert plain.read_bytes() == recorded.read_bytes()
+
+
+def test_an_upsampling_backward_is_found_in_the_backward_phase(tmp_path: Path) -> None:
+    script = str(SCRIPTS / "cuda_upsample.py")
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        result = run_cli(
+            "record", "-o", str(out), "--granularity", "op", "--", sys.executable, script
+        )
+        assert result.returncode == 0, result.stderr
+        runs.append(out)
+    code, report = compare_json(*runs)
+    first = report["first_divergence"]
+    print(run_cli("compare", str(runs[0]), str(runs[1])).stdout)
+    assert code == 1
+    assert (first["step"], first["phase"], first["origin"]) == (0, "backward", True)
+    assert "upsample_bilinear2d_backward" in first["location"]

@@ -9,9 +9,9 @@ False
 from __future__ import annotations
 
 import ctypes
-import sys
+import functools
 import weakref
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from divergence.fingerprint import (
     smix64_finish,
 )
 from divergence.record.session import Fingerprint
+
+if TYPE_CHECKING:
+    from divergence.frameworks.torch.fused_sum import FusedWordSum
 
 _functorch = torch._C._functorch
 PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})  # others may dispatch to Python
@@ -263,10 +266,16 @@ def device_word_sum(t: torch.Tensor) -> torch.Tensor:
     >>> t = torch.arange(4, dtype=torch.int64)
     >>> int(device_word_sum(t)) == int(eager_word_sum(t.view(torch.uint8)))
     True
+    >>> int(device_word_sum(t.float()[1:3])) == int(device_word_sum(t.float()[1:3].clone()))
+    True
     """
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
     flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if flat.storage_offset() % 8:  # a view off word alignment cannot be read as words: copy
+        flat = flat.clone()
     if flat.is_cuda:
-        fused = _FUSED.word_sum(flat)
+        fused = _fused().word_sum(flat)
         if fused is not None:
             return fused
     return eager_word_sum(flat)
@@ -291,37 +300,13 @@ def eager_word_sum(flat: torch.Tensor) -> torch.Tensor:
     return x.sum()
 
 
-class FusedWordSum:
-    """Triton's fused kernel (imported at the first CUDA tensor) until it fails once: then eager
-    torch ops, which give the same bits, for the rest of the process."""
+@functools.cache
+def _fused() -> FusedWordSum:
+    """The process's fused kernel, loaded at the first CUDA tensor (CPU runs never import
+    triton)."""
+    from divergence.frameworks.torch.fused_sum import FusedWordSum
 
-    def __init__(self) -> None:
-        self._module: ModuleType | None = None
-        self._state = "unloaded"  # "unloaded", "ready" or the reason it is off
-
-    def word_sum(self, flat: torch.Tensor) -> torch.Tensor | None:
-        """The fused sum of ``flat``, or None where the eager path must read it."""
-        if self._state == "unloaded":
-            self._load()
-        module = self._module
-        if module is None or not module.eligible(flat):
-            return None
-        try:
-            total: torch.Tensor = module.fused_word_sum(flat)
-        except Exception as error:  # no compiler, an unsupported device: the eager path is exact
-            self._module, self._state = None, f"{type(error).__name__}: {error}"
-            print(f"diverge: fused CUDA fingerprints off ({self._state})", file=sys.stderr)
-            return None
-        return total
-
-    def _load(self) -> None:
-        from divergence.frameworks.torch import fused_sum
-
-        ready = fused_sum.KERNEL is not None
-        self._module, self._state = (fused_sum, "ready") if ready else (None, "no triton")
-
-
-_FUSED = FusedWordSum()  # a cache of what the process can run, like _HOST_VIEWS
+    return FusedWordSum()
 
 
 class PendingSum:
@@ -336,6 +321,8 @@ class PendingSum:
 def _fingerprint_device(
     t: torch.Tensor, name: str, shape: tuple[int, ...], extra: str
 ) -> Fingerprint:
+    if t.is_cuda and torch.cuda.is_current_stream_capturing():  # a captured sum never runs
+        return Fingerprint.skip(name, shape, "inside CUDA graph capture: not fingerprinted")
     seed = header_seed(name, shape, None, extra) if extra else _seed(name, shape, None)
     return Fingerprint(PendingSum(device_word_sum(t), seed), name, shape, Algorithm.SMIX64_SUM)
 

@@ -12,6 +12,9 @@ False
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
 
 from divergence.fingerprint import SMIX_C1, SMIX_C2, SMIX_SEED
@@ -19,8 +22,10 @@ from divergence.fingerprint import SMIX_C1, SMIX_C2, SMIX_SEED
 try:  # CUDA builds of torch ship triton; the CPU build does not
     import triton
     import triton.language as tl
-except ImportError:
-    triton = None
+except Exception as error:  # missing, or broken (a version torch does not match): eager path
+    triton, NO_TRITON = None, f"no triton ({type(error).__name__}: {error})"
+else:
+    NO_TRITON = ""
 
 BLOCK = 4096  # words per program: 32 KiB read, one partial written
 
@@ -46,7 +51,9 @@ def _smix64_partials(
     tl.store(partials_ptr + tl.program_id(0), tl.sum(x, axis=0).to(tl.int64, bitcast=True))
 
 
-KERNEL = triton.jit(_smix64_partials) if triton is not None else None
+# n_words unspecialised: one compiled kernel for every size (triton would compile again for
+# sizes divisible by 16 or equal to 1), not a compile at some step later in the training.
+KERNEL = triton.jit(_smix64_partials, do_not_specialize=["n_words"]) if triton is not None else None
 
 
 def eligible(flat: torch.Tensor) -> bool:
@@ -69,3 +76,34 @@ def fused_word_sum(flat: torch.Tensor) -> torch.Tensor:
         words, partials, n_words, BLOCK=BLOCK, SEED=SMIX_SEED, C1=SMIX_C1, C2=SMIX_C2
     )
     return partials.sum() if programs > 1 else partials
+
+
+class FusedWordSum:
+    """The fused kernel until it fails once; then eager torch ops, which give the same bits,
+    for the rest of the process. (Backward hooks run on autograd's threads: two of them can
+    both see the first failure, and the note is then printed twice; nothing else is shared.)
+
+    >>> fused = FusedWordSum()
+    >>> fused.word_sum(torch.zeros(8, dtype=torch.uint8)) is None  # a CPU tensor: eager
+    True
+    """
+
+    def __init__(self) -> None:
+        self.off = NO_TRITON  # why the kernel is not used ("" while it is)
+        if not self.off and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+            self.off = "TRITON_INTERPRET is set: triton would run the kernel on the host"
+
+    def word_sum(self, flat: torch.Tensor) -> torch.Tensor | None:
+        """The fused sum of ``flat``, or None where the eager path must read it."""
+        if self.off or not eligible(flat):
+            return None
+        try:
+            return fused_word_sum(flat)
+        except torch.OutOfMemoryError:
+            raise  # the training's memory, not the kernel: the eager path needs more
+        except Exception as error:  # no compiler, an unsupported device: the eager path is exact
+            first_line = (str(error).strip().splitlines() or [""])[0][:200]
+            self.off = f"{type(error).__name__}: {first_line}"
+            message = f"fused CUDA fingerprints off ({self.off}); eager kernels, same fingerprints"
+            print(f"diverge: {message}", file=sys.stderr)
+            return None
