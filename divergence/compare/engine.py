@@ -512,6 +512,12 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             "keras.models.load_model), or kept from steps before recording began; the other "
             "run's optimizer started empty"
         )
+    if probe.kind == Kind.COMPILED.label:
+        return (
+            f"run {which} ran `{probe.name}` as a torch.compile region (recorded at its "
+            "boundary: its inside is not observed) where the other ran it eagerly, module by "
+            "module"
+        )
     if probe.kind == Kind.BATCH.label and probe.name == SAMPLE_WEIGHT:
         return (
             f"run {which} weighted its loss (sample_weight= or class_weight= of fit); the "

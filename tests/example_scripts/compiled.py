@@ -1,8 +1,9 @@
 """A training loop with a torch.compile region, three ways (for the compile tests).
 
 ``--how module``: ``torch.compile(model)``; ``method``: ``model.compile()``; ``fn``: the loss
-function compiled. ``--plant`` scales the hidden activations inside the model's forward, so the
-change lies inside the compiled region. ``--out`` saves the final parameters.
+function compiled; ``none``: nothing compiled. ``--plant`` scales the hidden activations inside
+the model's forward, so the change lies inside the compiled region. ``--out`` saves the final
+parameters.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Net(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--how", choices=("module", "method", "fn"), default="module")
+    parser.add_argument("--how", choices=("module", "method", "fn", "none"), default="module")
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--plant", action="store_true")
