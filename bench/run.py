@@ -81,7 +81,7 @@ def figure(item: dict[str, Any]) -> str:
         return text
     if "ratio" in item:
         return f"{item['ratio']:.3f}x"
-    return "-"
+    return str(item.get("detail", {}).get("skipped", "-"))  # e.g. "no CUDA device"
 
 
 def main() -> int:
