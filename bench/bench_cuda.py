@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from bench_recording import cnn
-from common import QUICK, emit, median
+from common import QUICK, emit, median, timed_steps
 
 import divergence
 from divergence.fingerprint import SMIX_C1, SMIX_C2, SMIX_SEED
@@ -130,24 +130,16 @@ def overhead(label: str, batch: int, side: int) -> None:
         optimizer.step()
         loss.item()
 
-    def timed(n: int) -> list[float]:
-        times = []
-        for _ in range(n):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        return times
-
     root = Path(tempfile.mkdtemp(prefix="diverge-bench-cuda-"))
     plain: list[float] = []
     recorded: list[float] = []
     steps, blocks = (10, 2) if QUICK else (30, 6)
     try:
-        timed(5)
+        timed_steps(step, 5)
         for index in range(blocks):
             with divergence.Recorder(root / f"block{index}"):
-                recorded += timed(steps)[1:]  # the first adopts the model
-            plain += timed(steps)
+                recorded += timed_steps(step, steps)[1:]  # the first adopts the model
+            plain += timed_steps(step, steps)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     emit(
