@@ -80,10 +80,11 @@ def echo_json_error(args: list[str], error: str, message: str, hint: str | None)
     {"schema": "diverge.compare/1", "status": "error",
      "error": {"type": "NotARunError", "message": "a: not a run", "hint": null}}
     >>> echo_json_error(["compare", "a", "b"], "NotARunError", "a: not a run", None)  # no --json
+    >>> echo_json_error(["record", "--json", "--", "x.py"], "UsageError", "no --json", None)
     """
     own = args[: args.index("--")] if "--" in args else args
     command = next((arg for arg in own if not arg.startswith("-")), None)
-    if command not in SUBCOMMANDS or "--json" not in own:
+    if command not in SUBCOMMANDS or "--json" not in own or not _has_json(command):
         return
     document = {
         "schema": f"diverge.{command}/1",
@@ -91,3 +92,9 @@ def echo_json_error(args: list[str], error: str, message: str, hint: str | None)
         "error": {"type": error, "message": message, "hint": hint},
     }
     click.echo(json.dumps(document))
+
+
+def _has_json(name: str) -> bool:
+    """Whether subcommand ``name`` takes ``--json`` (``record`` does not)."""
+    command = cli.get_command(click.Context(cli), name)
+    return command is not None and any("--json" in p.opts for p in command.params)
