@@ -49,19 +49,17 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and turn every failure into one stderr line and an exit code
     (and, for a command given ``--json``, a JSON error document on stdout)."""
-    args = sys.argv[1:] if argv is None else argv
     try:
-        result = cli.main(args=args, prog_name="diverge", standalone_mode=False)
+        result = cli.main(args=argv, prog_name="diverge", standalone_mode=False)
     except DivergenceError as exc:
-        echo_json_error(args, type(exc).__name__, exc.message, exc.hint)
-        click.echo(f"diverge: error: {exc.one_line()}", err=True)
-        return int(exc.exit_code)
+        return trouble(
+            argv, exc.one_line(), type(exc).__name__, exc.message, exc.hint, exc.exit_code
+        )
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
-        echo_json_error(args, "UsageError", exc.format_message(), None)
-        click.echo(f"diverge: error: {exc.format_message()}", err=True)
-        return int(ExitCode.TROUBLE)
+        message = exc.format_message()
+        return trouble(argv, message, "UsageError", message, None, ExitCode.TROUBLE)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("diverge: interrupted", err=True)
         return int(ExitCode.INTERRUPTED)
@@ -71,9 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
+def trouble(
+    argv: list[str] | None, line: str, error: str, message: str, hint: str | None, code: int
+) -> int:
+    """Say what went wrong in one stderr line (and as JSON on stdout when asked): the exit code."""
+    click.echo(f"diverge: error: {line}", err=True)
+    try:
+        echo_json_error(sys.argv[1:] if argv is None else argv, error, message, hint)
+    except BrokenPipeError:  # (a reader that went away: the exit code still says it)
+        sys.stderr.close()
+    return int(code)
+
+
 def echo_json_error(args: list[str], error: str, message: str, hint: str | None) -> None:
-    """For ``diverge CMD --json ...``, the error as that command's JSON on stdout, so a program
-    that reads the JSON sees the trouble too (the one line still goes to stderr).
+    """For ``diverge CMD --json ...`` (as click parses it: not ``-q``, not an argument of the
+    command ``hunt`` runs), the error as that command's JSON on stdout, so a program that reads
+    the JSON sees the trouble too.
 
     >>> echo_json_error(["compare", "--json", "a", "b"], "NotARunError", "a: not a run", None)
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -81,10 +92,10 @@ def echo_json_error(args: list[str], error: str, message: str, hint: str | None)
      "error": {"type": "NotARunError", "message": "a: not a run", "hint": null}}
     >>> echo_json_error(["compare", "a", "b"], "NotARunError", "a: not a run", None)  # no --json
     >>> echo_json_error(["record", "--json", "--", "x.py"], "UsageError", "no --json", None)
+    >>> echo_json_error(["hunt", "python", "x.py", "--json"], "UsageError", "x.py's", None)
     """
-    own = args[: args.index("--")] if "--" in args else args
-    command = next((arg for arg in own if not arg.startswith("-")), None)
-    if command not in SUBCOMMANDS or "--json" not in own or not _has_json(command):
+    command = next((arg for arg in args if not arg.startswith("-")), None)
+    if command not in SUBCOMMANDS or not _asks_for_json(command, args[args.index(command) + 1 :]):
         return
     document = {
         "schema": f"diverge.{command}/1",
@@ -94,7 +105,13 @@ def echo_json_error(args: list[str], error: str, message: str, hint: str | None)
     click.echo(json.dumps(document))
 
 
-def _has_json(name: str) -> bool:
-    """Whether subcommand ``name`` takes ``--json`` (``record`` does not)."""
+def _asks_for_json(name: str, args: list[str]) -> bool:
+    """Whether click reads ``--json`` (and no ``-q``) in subcommand ``name``'s ``args``."""
     command = cli.get_command(click.Context(cli), name)
-    return command is not None and any("--json" in p.opts for p in command.params)
+    if command is None or not any("--json" in p.opts for p in command.params):
+        return False  # (record has no --json)
+    try:
+        params = command.make_context(name, list(args), resilient_parsing=True).params
+    except (click.ClickException, click.exceptions.Exit):
+        return False
+    return bool(params.get("as_json")) and not params.get("quiet")

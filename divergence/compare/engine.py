@@ -149,6 +149,7 @@ def _script(meta: dict[str, object]) -> str:
 
 
 BLOCK_ROWS = 1 << 16  # compared a block at a time: the block's fields stay in cache
+MAX_REGION_INPUTS = 256  # input records a compiled region's entry is looked for behind
 
 
 @dataclass
@@ -459,6 +460,18 @@ def shortened(error: str) -> str:
 
 def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
+    for run, other, which in ((a, b, "A"), (b, a, "B")):
+        region = _region_entered_at(run, row)
+        if region is not None and not _compiles(other, region.name, region.step):
+            divergence = Divergence(
+                "structure", key, region.step, region.phase, region.kind, region.name, 0, pa, pb
+            )
+            divergence.origin_text = (
+                f"run {which} ran `{region.name}` as a torch.compile region (recorded at its "
+                "boundary: its inside is not observed) where the other ran it eagerly"
+            )
+            divergence.facts["region"] = "one_run"
+            return divergence
     for probe, which in ((pa, "A"), (pb, "B")):
         news = _only_in_one_run(probe, which)
         if news:  # one run did something the other did not: say what
@@ -473,6 +486,34 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
         f"{pb.label} ({pb.phase}, step {pb.step}): the runs took different code paths"
     )
     return divergence
+
+
+def _region_entered_at(run: RunFile, row: int) -> Probe | None:
+    """The ``compiled`` record of a torch.compile region entered at ``row``: at it, or after the
+    region's input records that start there (a compiled function records its inputs first)."""
+    records = run.records
+    inputs = (Kind.INPUT, Kind.BATCH)
+    for index in range(row, min(row + MAX_REGION_INPUTS, records.size)):
+        kind = records["kind"][index]
+        if kind == Kind.COMPILED and records["name"][index] == records["name"][row]:
+            return probe_at(run, index)
+        if kind not in inputs or records["step"][index] != records["step"][row]:
+            return None
+    return None
+
+
+def _compiles(run: RunFile, name: str, step: int) -> bool:
+    """Whether ``run`` entered a torch.compile region named ``name`` in ``step``."""
+    if name not in run.strings:
+        return False
+    records = run.records
+    return bool(
+        (
+            (records["kind"] == Kind.COMPILED)
+            & (records["name"] == run.strings.index(name))
+            & (records["step"] == step)
+        ).any()
+    )
 
 
 def _skipped_update(pa: Probe, pb: Probe) -> str:
@@ -511,12 +552,6 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             f"{probe.step}): loaded from a checkpoint (optimizer.load_state_dict, "
             "keras.models.load_model), or kept from steps before recording began; the other "
             "run's optimizer started empty"
-        )
-    if probe.kind == Kind.COMPILED.label:
-        return (
-            f"run {which} ran `{probe.name}` as a torch.compile region (recorded at its "
-            "boundary: its inside is not observed) where the other ran it eagerly, module by "
-            "module"
         )
     if probe.kind == Kind.BATCH.label and probe.name == SAMPLE_WEIGHT:
         return (

@@ -48,6 +48,7 @@ LIST_FIELDS = (
     "executions",
     "forwards",
     "filters",
+    "regions",
 )
 COMPUTE_KINDS = (
     "output",
@@ -91,6 +92,7 @@ class Cause:
     executions: tuple[str, ...] = ()  # "batched": a Keras step of several training steps
     forwards: tuple[str, ...] = ()  # "recomputed": a forward run again in the backward
     filters: tuple[str, ...] = ()  # "globs": recorded with --include/--exclude
+    regions: tuple[str, ...] = ()  # "one_run": a torch.compile region only one run entered
     holds_for: str = ""
 
     def applies(
@@ -124,6 +126,7 @@ class Cause:
             and _holds(self.executions, facts.get("execution", ""))
             and _holds(self.forwards, facts.get("forward", ""))
             and _holds(self.filters, facts.get("filters", ""))
+            and _holds(self.regions, facts.get("region", ""))
         )
 
 

@@ -367,11 +367,24 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path: Path, record: Recorder) -> No
         document = json.loads(as_json.stdout)
         assert (document["schema"], document["status"]) == ("diverge.compare/1", "error")
         assert message in document["error"]["message"] + str(document["error"]["hint"])
-    for command in (("info", "--json", str(text)), ("compare", "--json", str(good))):
+    cases_as_json = {
+        ("info", "--json", str(text)): "CorruptRunError",
+        ("compare", "--json", str(good)): "UsageError",  # RUN_B missing
+    }
+    for command, error in cases_as_json.items():
         result = run_cli(*command)
-        document = json.loads(result.stdout)  # a usage error in JSON too
+        document = json.loads(result.stdout)
         assert result.returncode == 2 and document["schema"] == f"diverge.{command[0]}/1"
-        assert document["status"] == "error" and document["error"]["type"]
+        assert document["status"] == "error" and document["error"]["type"] == error
+        assert len(result.stderr.strip().splitlines()) == 1
+    not_asked = [
+        ("compare", "-q", "--json", str(good), str(empty)),  # -q: nothing on stdout
+        ("hunt", "-o", str(good), "python", "train.py", "--json"),  # train.py's --json
+    ]
+    for command in not_asked:
+        result = run_cli(*command)
+        assert result.returncode == 2 and result.stdout == "", (command, result.stdout)
+        assert result.stderr.startswith("diverge: error: ")
 
 
 def test_runs_of_different_scripts_are_refused(record: Recorder) -> None:

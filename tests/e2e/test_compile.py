@@ -92,16 +92,22 @@ def test_a_change_inside_a_compiled_region_is_placed_in_the_region(record: Recor
     assert "torch.compile region `Net`" in first["origin_text"]
 
 
-def test_a_region_compiled_in_one_run_only_is_named_as_the_cause(record: Recorder) -> None:
-    eager = record("compiled.py", "--how", "none")
-    compiled = record("compiled.py", tag="compiled")
-    code, report = compare_json(eager, compiled)
-    first = report["first_divergence"]
-    assert code == 1
-    assert (first["reason"], first["kind"], first["location"]) == ("structure", "compiled", "Net")
-    assert "run B ran `Net` as a torch.compile region" in first["origin_text"]
-    assert first["cause"] == "configuration"
-    assert "torch.compile compiled this code in one run only" in first["cause_text"]
+@pytest.mark.parametrize("how", ["module", "fn"])
+def test_a_region_compiled_in_one_run_only_is_named_as_the_cause(
+    record: Recorder, how: str
+) -> None:
+    eager = record("compiled.py", "--how", "none", tag="eager")
+    compiled = record("compiled.py", "--how", how, tag=how)
+    for runs, which in (((eager, compiled), "B"), ((compiled, eager), "A")):
+        code, report = compare_json(*runs)
+        first = report["first_divergence"]
+        assert code == 1
+        assert (first["reason"], first["kind"]) == ("structure", "compiled")
+        assert first["location"] == REGION[how]
+        said = f"run {which} ran `{REGION[how]}` as a torch.compile region"
+        assert first["origin_text"].startswith(said)
+        assert first["cause"] == "configuration"
+        assert "torch.compile compiled this code in one run only" in first["cause_text"]
 
 
 def test_compile_with_options_and_nested_regions_in_process(tmp_path: Path) -> None:
