@@ -201,7 +201,8 @@ def test_gradients_are_recorded_again_only_when_changed_after_the_backward(
     record: Recorder,
 ) -> None:
     """Without clipping, the optimizer reads the gradients the backward left: no second
-    record. With it (``clip_grad_norm_`` scales every gradient in place), one per parameter."""
+    record. With it (``clip_grad_norm_`` scales every gradient in place), one per parameter,
+    unless the scaling left the bits as they were."""
     from divergence.store.run import Run
     from divergence.store.schema import Kind, Phase
 
@@ -212,6 +213,11 @@ def test_gradients_are_recorded_again_only_when_changed_after_the_backward(
 
     assert read_gradients(record("mlp.py", tag="a")) == 0
     assert read_gradients(record("mlp.py", env={"MLP_CLIP": "0.5"})) == 6 * 6  # steps, params
+    # A clip above every norm multiplies by 1.0: written in place, the same bits, no record
+    unclipped = record("mlp.py", env={"MLP_CLIP": "1e9"})
+    assert read_gradients(unclipped) == 0
+    code, report = compare_json(record("mlp.py", tag="a"), unclipped)
+    assert (code, report["status"]) == (0, "identical")
 
 
 def test_unseeded_generators_never_drawn_from_are_no_suspects(record: Recorder) -> None:

@@ -51,6 +51,7 @@ class ParameterBook:
         # each one's gradient when last recorded: (id, version, address); never a weak
         # reference (``torch.utils.swap_tensors`` swaps gradients too, and refuses those)
         self.grads: dict[int, tuple[int, int, int]] = {}
+        self.grad_values: dict[int, int | None] = {}  # their fingerprints' values, host only
         self.grad_hooks: dict[int, RemovableHandle] = {}
         self.bare: set[int] = set()  # adopted from an optimizer: in no module
         self.frozen: list[Slot] = []  # adopted with requires_grad=False
@@ -137,11 +138,26 @@ class ParameterBook:
         self.versions[id(param)] = version
         return True
 
-    def grad_recorded(self, param: torch.Tensor) -> None:
-        """Note the gradient ``param.grad`` holds now as recorded."""
+    def grad_recorded(self, param: torch.Tensor, value: object = None) -> None:
+        """Note the gradient ``param.grad`` holds now as recorded, with its fingerprint's value
+        where it is known on the host (a device's comes at the step's end)."""
         grad = param.grad
         if grad is not None:
             self.grads[id(param)] = (id(grad), version_of(grad), address_of(grad))
+            self.grad_values[id(param)] = value if isinstance(value, int) else None
+
+    def grad_unchanged_in_place(self, param: torch.Tensor, value: object) -> bool:
+        """Whether ``param.grad`` is the tensor last recorded, written in place to the same bits
+        (a clip whose factor came out 1.0): no new gradient for the update to read."""
+        known = self.grads.get(id(param))
+        grad = param.grad
+        return (
+            grad is not None
+            and known is not None
+            and known[0] == id(grad)
+            and isinstance(value, int)
+            and self.grad_values.get(id(param)) == value
+        )
 
     def grad_changed(self, param: torch.Tensor) -> bool:
         """Whether ``param.grad`` is not the gradient last recorded: written since (clipping,

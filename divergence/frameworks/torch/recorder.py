@@ -462,10 +462,14 @@ class TorchRecorder(Instrumentation):
             # reads the gradients of the closure it calls, not these, left by the last step)
             grad = param.grad
             if grad is not None and self.params.grad_changed(param) and s.wants(name):
+                value = self.cache.get(grad).value  # (the record below reuses it)
+                if self.params.grad_unchanged_in_place(param, value):
+                    self.params.grad_recorded(param, value)  # (clip_grad_norm_ by 1.0)
+                    continue
                 if not s.begin_event():
                     continue
                 self._add(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, grad)
-                self.params.grad_recorded(param)
+                self.params.grad_recorded(param, value)
 
     def _add_state_held(
         self, optimizer: torch.optim.Optimizer, stepped: list[tuple[str, torch.Tensor]]
@@ -581,8 +585,8 @@ class TorchRecorder(Instrumentation):
         name = self.params.names.get(id(param))
         s = self.session
         if name and param.grad is not None and s.begin_event() and s.wants(name):
-            self._add(Phase.BACKWARD, Kind.PARAM_GRAD, name, param.grad)
-            self.params.grad_recorded(param)
+            recorded = self._add(Phase.BACKWARD, Kind.PARAM_GRAD, name, param.grad)
+            self.params.grad_recorded(param, recorded.value)
 
     def after_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         s = self.session
