@@ -732,9 +732,16 @@ class TorchRecorder(Instrumentation):
             self.loaders_seen.append(settings)
 
     def _note_loader_seed(self, iterator: object) -> None:
-        """The seed a DataLoader drew for the epoch from its ``generator=`` (or torch's), which
-        its shuffle and workers' seeds follow: a loader generator seeded otherwise, which no
-        seeding call shows (``Generator.manual_seed`` cannot be wrapped), shows here."""
+        """The seed a DataLoader drew for the epoch from its own ``generator=``, which its
+        shuffle and workers' seeds follow: a loader generator seeded otherwise, which no
+        seeding call shows (``Generator.manual_seed`` cannot be wrapped), shows here. One drawn
+        from torch's global generator is no seed choice but that generator's state, which the
+        rng records show: not noted (two runs seeded alike, one drawing once more, would
+        read as seeded otherwise)."""
+        index_sampler = getattr(iterator, "_index_sampler", None)
+        sampler = getattr(index_sampler, "sampler", index_sampler)
+        if getattr(sampler, "generator", None) is None:
+            return
         seed = getattr(iterator, "_base_seed", None)
         if isinstance(seed, int):
             step = self.session.current_step
