@@ -100,7 +100,9 @@ def inspect_commands(h: Hunt) -> list[str]:
             probe = shlex.quote(report.location)
             lines.append(f"diverge show {a} --against {b} --step {report.step} --probe {probe}")
             if op.startswith("aten.") and report.kind == "op_output":
-                lines.append(f"diverge replay {a} --step {report.step} --op {probe}")
+                # the step's k-th call of the op (counted from 1) is replay's --call k-1
+                call = f" --call {report.occurrence[0] - 1}" if report.occurrence else ""
+                lines.append(f"diverge replay {a} --step {report.step} --op {probe}{call}")
     return lines
 
 

@@ -149,7 +149,10 @@ def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[
             hint="give an op record name, e.g. 'block.fc/aten.addmm.default'",
         )
     if call >= len(calls):
-        raise UsageError(f"--call {call}: only {len(calls)} matching call(s) at step {step}")
+        raise UsageError(
+            f"--call {call}: only {len(calls)} matching call(s) at step {step}",
+            hint=f"--call counts from 0: 0 to {len(calls) - 1}",
+        )
     inputs, outputs = calls[call]
     missing = [r for r in inputs if r not in file.dumped_rows and not file.records["status"][r]]
     if missing:
