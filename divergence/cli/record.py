@@ -21,7 +21,9 @@ from divergence.record.config import GRANULARITIES, RecordConfig, StepRange
 @click.option("--include", multiple=True, help="Record only probes whose name matches GLOB.")
 @click.option("--exclude", multiple=True, help="Skip probes whose name matches GLOB.")
 @click.option("--dump", is_flag=True, help="Also store full tensors (with --dump-steps: those).")
-@click.option("--dump-steps", default=None, help="Steps START:STOP whose tensors are stored.")
+@click.option(
+    "--dump-steps", default=None, help="Steps START:STOP whose tensors are stored (implies --dump)."
+)
 @click.option("--dump-include", multiple=True, help="Store full tensors of probes matching GLOB.")
 @click.option(
     "--granularity",
@@ -49,7 +51,7 @@ def record(
         steps=StepRange.parse(steps),
         include=include,
         exclude=exclude,
-        dump=dump,
+        dump=dump or dump_steps is not None,  # (as --dump-include stores what it names)
         dump_steps=StepRange.parse(dump_steps),
         dump_include=dump_include,
         granularity=granularity,

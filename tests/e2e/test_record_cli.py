@@ -327,3 +327,13 @@ def test_spawned_processes_without_a_rank_pair_by_creation_order(tmp_path: Path)
     seeds = [read_meta(p.path)["seeds"][0]["seed"] for p in processes]
     indexes = [read_meta(p.path)["process_index"] for p in processes]
     assert (seeds, indexes) == (["0", "1"], [[1], [2]])
+
+
+def test_dump_steps_alone_stores_the_tensors_of_those_steps(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ("record", "-o", str(out), "--dump-steps", "1:2", "--")
+    result = run_cli(*args, sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "3")
+    assert result.returncode == 0, result.stderr
+    run = Run.open(out).processes[0].load()
+    dumped_steps = {int(run.records["step"][row]) for row in run.dumped_rows}
+    assert dumped_steps == {1}
