@@ -33,11 +33,18 @@ class StepRange:
             return cls()
         try:
             if ":" not in text:
-                return cls(int(text), int(text) + 1)
-            start, stop = text.split(":", 1)
-            return cls(int(start) if start else 0, int(stop) if stop else None)
+                found = cls(int(text), int(text) + 1)
+            else:
+                start, stop = text.split(":", 1)
+                found = cls(int(start) if start else 0, int(stop) if stop else None)
         except ValueError as exc:
             raise UsageError(f"bad step range {text!r}", hint="use START:STOP, e.g. 0:200") from exc
+        if found.start < 0 or (found.stop is not None and found.stop <= found.start):
+            raise UsageError(
+                f"step range {text!r} holds no step",
+                hint="steps count from 0 and STOP is past the last one: 0:200, 5:, 7",
+            )
+        return found
 
     def contains(self, step: int) -> bool:
         return step >= self.start and (self.stop is None or step < self.stop)

@@ -139,7 +139,7 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
         say(f"recording {shortened_command(command)}")
         say(f"writing run to {output}/")
         status = run_child(command, env, handshake)
-        return finish(output, handshake, status, command)
+        return finish(output, handshake, status, command, str(config.steps))
     finally:
         shutil.rmtree(handshake, ignore_errors=True)
 
@@ -187,8 +187,11 @@ def _progress_loop(handshake: Path, done: threading.Event) -> None:
         sys.stderr.flush()
 
 
-def finish(output: Path, handshake: Path, status: int, command: list[str]) -> int:
-    """Check the handshake, store the exit status, say what was recorded and what to run next."""
+def finish(
+    output: Path, handshake: Path, status: int, command: list[str], steps: str = "0:"
+) -> int:
+    """Check the handshake, store the exit status, say what was recorded and what to run next.
+    ``steps``: the ``--steps`` range, for the reason a run recorded nothing."""
     files = sorted(output.glob("*.h5"))
     for file in files:
         mark_exit_status(file, status)
@@ -201,6 +204,8 @@ def finish(output: Path, handshake: Path, status: int, command: list[str]) -> in
             why = "it ended before its first step completed (a step is written when it ends)"
         else:
             why = "no optimizer.step(), module forward or divergence.step() was seen"
+            if steps != "0:":
+                why = f"none of its steps fell in --steps {steps}, or {why}"
         say(f"no training step was recorded ({describe_status(status)}): {why}")
         return status if status else 2
     progress = Progress.read(handshake)

@@ -337,3 +337,13 @@ def test_dump_steps_alone_stores_the_tensors_of_those_steps(tmp_path: Path) -> N
     run = Run.open(out).processes[0].load()
     dumped_steps = {int(run.records["step"][row]) for row in run.dumped_rows}
     assert dumped_steps == {1}
+
+
+def test_steps_outside_the_training_are_said_to_be(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    script = (sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "3")
+    result = run_cli("record", "-o", str(out), "--steps", "10:20", "--", *script)
+    assert result.returncode == 2 and not out.exists()
+    assert "none of its steps fell in --steps 10:20" in result.stderr
+    empty = run_cli("record", "-o", str(out), "--steps", "4:2", "--", *script)
+    assert empty.returncode == 2 and "step range '4:2' holds no step" in empty.stderr

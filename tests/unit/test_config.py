@@ -26,7 +26,9 @@ def test_step_range_parse_forms(text: str | None, start: int, stop: int | None) 
     assert (r.start, r.stop) == (start, stop)
 
 
-@pytest.mark.parametrize("text", ["a", "1:b", "x:", "1:2:3", "1.5", "1-3", "one"])
+@pytest.mark.parametrize(
+    "text", ["a", "1:b", "x:", "1:2:3", "1.5", "1-3", "one", "4:2", "3:3", "-1:2", "-1"]
+)
 def test_step_range_parse_rejects_bad_text(text: str) -> None:
     with pytest.raises(UsageError) as info:
         StepRange.parse(text)
