@@ -20,7 +20,12 @@ from divergence.errors import ExitCode, UsageError
     "--json", "as_json", is_flag=True, help="Print the result as JSON (diverge.compare/1)."
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; only the exit status.")
-@click.option("--width", type=int, default=None, help="Report width (default: the terminal's).")
+@click.option(
+    "--width",
+    type=click.IntRange(min=40),
+    default=None,
+    help="Report width, at least 40 (default: the terminal's).",
+)
 @click.option(
     "--ranks",
     default=None,
