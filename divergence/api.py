@@ -16,6 +16,8 @@ T = TypeVar("T")
 class Recorder:
     """Record this process into the run directory ``output`` while the block runs.
 
+    An existing run there is never overwritten unless ``force=True`` (as ``record --force``).
+
     >>> # with divergence.Recorder("runs/a", steps="0:100", dump=False): train()
     """
 
@@ -30,6 +32,7 @@ class Recorder:
         dump_steps: str | None = None,
         dump_include: tuple[str, ...] = (),
         granularity: str = "module",
+        force: bool = False,
     ) -> None:
         self.config = RecordConfig(
             output=str(output),
@@ -41,13 +44,21 @@ class Recorder:
             dump_include=tuple(dump_include),
             granularity=granularity,
         )
+        self.force = force
         self.session: Session | None = None
 
     def __enter__(self) -> Recorder:
         from divergence.frameworks import attach
+        from divergence.record.launcher import prepare_output
 
         if active() is not None:
             raise RecordError("a recorder is already active in this process")
+        output = Path(self.config.output)
+        if output.is_dir() and any(output.iterdir()) and not self.force:  # (no second run beside)
+            raise RecordError(
+                f"{output}: already exists", hint="record into another directory, or force=True"
+            )
+        prepare_output(output, self.force)
         self.session = activate(Session(self.config, self.config.output))
         self._detach = attach(self.session)
         return self
