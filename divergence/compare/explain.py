@@ -465,7 +465,8 @@ def run_facts(meta: dict[str, object]) -> dict[str, str]:
         facts["loader_seed"] = "seeded"
     config = meta.get("record_config")
     if isinstance(config, dict) and (config.get("include") or config.get("exclude")):
-        facts["filters"] = "globs"  # (compare refuses runs recorded with other globs)
+        if not config.get("zoom"):  # (a hunt's zoom chose its globs from a divergence)
+            facts["filters"] = "globs"  # (compare refuses runs recorded with other globs)
     return facts
 
 

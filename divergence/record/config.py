@@ -63,6 +63,7 @@ class RecordConfig:
     dump_steps: StepRange = field(default_factory=StepRange)
     dump_include: tuple[str, ...] = ()
     granularity: str = "module"
+    zoom: bool = False  # made by diverge hunt: its globs are the zoom's, not the user's
 
     def wants(self, name: str) -> bool:
         """Whether a probe name passes ``--include``/``--exclude`` (globs)."""

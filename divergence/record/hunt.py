@@ -118,6 +118,7 @@ def zoom_config(d: Divergence, output: Path) -> RecordConfig:
         dump_steps=step,
         dump_include=globs,
         granularity="op",
+        zoom=True,
     )
 
 

@@ -13,10 +13,10 @@ from divergence.report.terminal import render_text
 from divergence.store.schema import Kind, Phase
 
 
-def write_run(path: Path, include: tuple[str, ...], changed: bool) -> Path:
+def write_run(path: Path, include: tuple[str, ...], changed: bool, zoom: bool = False) -> Path:
     """Two steps of ``fc`` (input, output) and the loss; ``fc``'s input differs at step 1 when
     ``changed`` (the batch before it, filtered out, made it)."""
-    session = Session(RecordConfig(output=str(path), include=include), path)
+    session = Session(RecordConfig(output=str(path), include=include, zoom=zoom), path)
     session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
     for step in range(2):
         session.begin_event()
@@ -46,3 +46,11 @@ def test_an_unfiltered_run_has_neither_note(tmp_path: Path) -> None:
     first = comparison.first
     assert first is not None and "--include/--exclude" not in first.cause_text
     assert "loss never differs" in render_text(comparison)
+
+
+def test_a_hunt_zoom_s_globs_are_its_own_choice_not_a_caveat(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", ("fc*",), changed=False, zoom=True)
+    comparison = compare_runs(a, write_run(tmp_path / "b", ("fc*",), changed=True, zoom=True))
+    first = comparison.first
+    assert first is not None and (first.step, first.kind) == (1, "input")
+    assert "--include/--exclude" not in first.cause_text
