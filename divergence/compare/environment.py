@@ -34,6 +34,8 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
     """Differences in versions, threads, determinism switches, env vars, arguments and seeds."""
     fa, fb = flatten(a), flatten(b)
     keys = sorted(k for k in (set(fa) | set(fb)) - IGNORED if _compared(k))
+    if fa.get("diverge_version") != fb.get("diverge_version"):  # (that difference is listed)
+        keys = [k for k in keys if not _newer_setting(k, fa, fb)]
     pairs = ((k, _normal(fa.get(k), k), _normal(fb.get(k), k)) for k in keys)
     differences = [EnvDifference(k, a, b) for k, a, b in pairs if a != b and _known(k, a, b)]
     return [_seed_calls(d) if d.key in CALL_LISTS else d for d in differences]
@@ -55,6 +57,19 @@ def _compared(key: str) -> bool:
 
 
 CALL_LISTS = ("seeds", "rng_restores")  # metadata lists of calls, shown call by call
+
+
+def _newer_setting(key: str, fa: dict[str, Any], fb: dict[str, Any]) -> bool:
+    """A setting only one run has, between runs of different recorder versions: one the older
+    recorder did not record yet (DataLoader settings before 0.9.0), no difference. An
+    environment variable set in one run only stays one.
+
+    >>> _newer_setting("dataloaders.0.batch_size", {}, {"dataloaders.0.batch_size": 64})
+    True
+    >>> _newer_setting("env.OMP_NUM_THREADS", {}, {"env.OMP_NUM_THREADS": "2"})
+    False
+    """
+    return not key.startswith("env.") and (key not in fa or key not in fb)
 
 
 def _known(key: str, a: Any, b: Any) -> bool:

@@ -464,9 +464,10 @@ def run_facts(meta: dict[str, object]) -> dict[str, str]:
     if LOADER_SEED in calls:  # (the same in both runs when the generators fact is "matched")
         facts["loader_seed"] = "seeded"
     config = meta.get("record_config")
-    if isinstance(config, dict) and (config.get("include") or config.get("exclude")):
-        if not config.get("zoom"):  # (a hunt's zoom chose its globs from a divergence)
-            facts["filters"] = "globs"  # (compare refuses runs recorded with other globs)
+    filtered = isinstance(config, dict) and bool(config.get("include") or config.get("exclude"))
+    # (a hunt's zoom chose its globs from a divergence: no caveat)
+    if filtered and isinstance(config, dict) and not config.get("zoom"):
+        facts["filters"] = "globs"  # (compare refuses runs recorded with other globs)
     return facts
 
 
