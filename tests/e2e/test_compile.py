@@ -110,6 +110,19 @@ def test_a_region_compiled_in_one_run_only_is_named_as_the_cause(
         assert "torch.compile compiled this code in one run only" in first["cause_text"]
 
 
+def test_another_compile_backend_is_an_environment_difference(record: Recorder) -> None:
+    eager = record("compiled.py", "--backend", "eager", tag="eager backend")
+    aot = record("compiled.py", tag="aot_eager backend")
+    code, report = compare_json(eager, aot)
+    settings = {e["key"]: (e["a"], e["b"]) for e in report["environment_differences"]}
+    assert settings["compile.0.backend"] == ("eager", "aot_eager")
+    # AOT autograd accumulates the same parameter gradients in another order
+    first = report["first_divergence"]
+    assert (code, first["reason"], first["kind"]) == (1, "structure", "param_grad")
+    assert first["cause"] == "configuration"
+    assert "torch.compile was called with other settings" in first["cause_text"]
+
+
 def test_compile_with_options_and_nested_regions_in_process(tmp_path: Path) -> None:
     """``torch.compile(**options)(model)`` stays a module; a compiled helper called from
     compiled code is part of that region (no graph break: ``fullgraph=True`` holds). Everything

@@ -42,16 +42,19 @@ def compiled_module(module: torch.nn.Module) -> torch.nn.Module | None:
 def wrap_compile(
     enter: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any],
     leave: Callable[[Any], None],
+    note: Callable[[dict[str, Any]], None] = lambda settings: None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A patch for ``torch.compile``: functions it returns call ``enter(owner, args, kwargs)``
     before and ``leave(output)`` after the compiled code. ``owner`` is the module of a compiled
-    bound method (``model.compile()`` compiles ``model._call_impl``), else the function."""
+    bound method (``model.compile()`` compiles ``model._call_impl``), else the function.
+    ``note(settings)`` hears each call's :func:`compile_settings`."""
 
     def patch(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
             if model is None:  # @torch.compile(...) with options: the decorator torch returns
                 return original(*args, **kwargs)  # calls torch.compile, this patch, again
+            note(compile_settings(kwargs))
             compiled = original(model, *args, **kwargs)
             if isinstance(compiled, torch.nn.Module) or not callable(compiled):
                 return compiled  # an OptimizedModule: its forward hooks mark the region
@@ -89,3 +92,23 @@ def _region(
 def function_name(fn: Any) -> str:
     """How a compiled function is named in records: ``<compiled train_step>``."""
     return f"<compiled {getattr(fn, '__qualname__', type(fn).__name__)}>"
+
+
+def compile_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What a ``torch.compile`` call chose that changes the compiled code: another backend,
+    mode or dynamic setting compiles other kernels (or orders the backward otherwise).
+
+    >>> compile_settings({"backend": "aot_eager", "dynamic": True})
+    {'backend': 'aot_eager', 'mode': None, 'dynamic': True, 'fullgraph': False, 'options': None}
+    """
+    backend = kwargs.get("backend", "inductor")
+    if not isinstance(backend, str):  # a backend function of the program's own
+        backend = getattr(backend, "__qualname__", type(backend).__name__)
+    options = kwargs.get("options")
+    return {
+        "backend": backend,
+        "mode": kwargs.get("mode"),
+        "dynamic": kwargs.get("dynamic"),
+        "fullgraph": bool(kwargs.get("fullgraph", False)),
+        "options": None if options is None else repr(sorted(dict(options).items())),
+    }

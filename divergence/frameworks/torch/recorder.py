@@ -112,6 +112,7 @@ class TorchRecorder(Instrumentation):
         self.loader_iterators: weakref.WeakSet[object] = weakref.WeakSet()
         self.keras_layers_seen = False
         self.loaders_seen: list[dict[str, object]] = []  # each DataLoader's settings
+        self.compiles_seen: list[dict[str, object]] = []  # each torch.compile call's settings
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -133,9 +134,10 @@ class TorchRecorder(Instrumentation):
             register_optimizer_step_post_hook(self._step_post_hook()),
         ):
             self.undo.append(handle.remove)
-        self.patch(
-            torch, "compile", wrap_compile(self.guard(self.enter_compiled), self.leave_compiled)
+        compile_patch = wrap_compile(
+            self.guard(self.enter_compiled), self.leave_compiled, self._note_compile_settings
         )
+        self.patch(torch, "compile", compile_patch)
         self.patch(torch.Tensor, "backward", self._wrap_backward)
         for name in ("trace", "trace_module"):
             self.patch(torch.jit, name, self._wrap_jit_trace)
@@ -223,6 +225,8 @@ class TorchRecorder(Instrumentation):
         meta = torch_metadata()
         if self.loaders_seen:
             meta["dataloaders"] = {str(i): s for i, s in enumerate(self.loaders_seen)}
+        if self.compiles_seen:
+            meta["compile"] = {str(i): s for i, s in enumerate(self.compiles_seen)}
         if self.keras_layers_seen:  # (compare words the note: see wording.KERAS_ON_TORCH)
             meta["keras_backend"] = "torch"
         return meta
@@ -722,6 +726,12 @@ class TorchRecorder(Instrumentation):
             self._note_loader_settings(iterator)
         if s.begin_event() and s.wants("dataloader"):
             self._add_all(Phase.DATA, Kind.BATCH, "dataloader", tensors_of(batch))
+
+    def _note_compile_settings(self, settings: dict[str, object]) -> None:
+        """A ``torch.compile`` call's settings in the metadata (``compile``), compared as
+        environment: another backend can record the same values in another order."""
+        if settings not in self.compiles_seen:
+            self.compiles_seen.append(settings)
 
     def _note_loader_settings(self, iterator: object) -> None:
         """A DataLoader's settings in the metadata (``dataloaders``, by the order loaders are
