@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.conftest import Recorder, run_cli
 
@@ -52,3 +53,25 @@ def test_show_of_a_step_the_run_does_not_hold_names_its_steps(record: Recorder) 
     result = run_cli("show", str(run), "--step", "5", "--probe", "*")
     assert result.returncode == 2
     assert result.stderr.strip().endswith("has no step 5 (hint: its steps are 0..0)")
+
+
+def test_replay_of_a_random_op_says_it_cannot_reproduce_the_draw(tmp_path: Path) -> None:
+    import torch
+
+    import divergence
+    from divergence.frameworks.torch.replay import replay
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    with divergence.Recorder(tmp_path / "run", granularity="op", dump=True):
+        torch.manual_seed(1)
+        model(torch.ones(8, 4)).sum().backward()
+    run = Run.open(tmp_path / "run").processes[0].load()
+    names = {run.strings[r["name"]] for r in run.records if r["kind"] == Kind.OP_OUTPUT}
+    op = next(n for n in names if "bernoulli" in n or "dropout" in n)
+    torch.manual_seed(12345)  # another generator state than the recording's
+    result = replay(tmp_path / "run", step=0, pattern=op, times=2)
+    assert result.draws_random and not result.matches_recorded
+    assert result.verdict().startswith("RANDOM: the op draws random numbers")
+    assert result.to_json()["draws_random"] is True

@@ -9,6 +9,7 @@ divergence comes from configuration or environment (threads, ISA, library, switc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,13 @@ from divergence.frameworks.torch.calls import decode_call
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor
 from divergence.store.reader import RunFile
 from divergence.store.schema import WRITTEN_BUFFER, Kind, parse_shape
+
+# aten ops that draw from a generator (in place or not, any overload)
+RANDOM_OPS = re.compile(
+    r"^aten\.(bernoulli|uniform|normal|rand|randn|randint|randperm|multinomial|dropout"
+    r"|native_dropout|feature_dropout|alpha_dropout|exponential|geometric|cauchy|log_normal"
+    r"|random|poisson|rrelu_with_noise|_standard_gamma|_sample_dirichlet|binomial)(_like)?_?(\.|$)"
+)
 
 
 @dataclass
@@ -47,7 +55,20 @@ class Replay:
     def stable(self) -> bool:
         return self.distinct == 1
 
+    @property
+    def draws_random(self) -> bool:
+        """Whether the op draws from a generator (``aten.bernoulli_``, ``aten.native_dropout``):
+        its output follows the generator's state, which replay does not restore."""
+        return bool(RANDOM_OPS.search(self.name.rpartition("/")[2]))
+
     def verdict(self) -> str:
+        if self.draws_random and not self.matches_recorded:
+            return (
+                "RANDOM: the op draws random numbers, and replay ran it from this process's "
+                "generator state, not the recording's: it cannot reproduce the recorded "
+                "output. A divergence at it comes from the generator's state (compare's rng "
+                "line), not from the op"
+            )
         if not self.stable:
             return (
                 f"VARIES: {self.times} executions gave {self.distinct} distinct outputs on "
@@ -78,6 +99,7 @@ class Replay:
             "status": "stable" if self.stable else "varies",
             "distinct_outputs": self.distinct,
             "matches_recorded": self.matches_recorded,
+            "draws_random": self.draws_random,
             "recorded": [f"{v:016x}" for v in self.recorded],
             "verdict": self.verdict(),
         }
