@@ -2,7 +2,9 @@
 
 Drill into the records of one step whose name matches PATTERN (a glob, e.g. 'block.fc*' or
 'block.fc/aten.addmm*'): fingerprints, shapes, dtypes, and the numeric difference where both
-runs dumped the tensor. Exit status: 0, or 1 when --against finds a differing record.
+runs dumped the tensor; with --against, a matching record only one run holds is listed too.
+Exit status: 0, or 1 when --against finds a record that differs or that only one run holds
+(generator states excepted: as in compare, a differing state alone is no divergence).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def show(run: str, against: str | None, step: int, pattern: str, limit: int, as_
     from divergence.compare.show import Shown, show_probes
 
     shown: list[Shown] = show_probes(run, step, pattern, against, limit)
-    differs = any(s.status == "differs" for s in shown)
+    differs = any(s.counts_as_difference for s in shown)
     if as_json:
         data = {
             "schema": "diverge.show/1",
@@ -46,20 +48,27 @@ def _lines(s: object) -> list[str]:
     from divergence.compare.show import Shown
 
     assert isinstance(s, Shown)
+    probe = s.probe
+    kind = probe.kind.replace("_", " ")
+    where = f"{probe.phase}  {kind} {probe.slot}  {probe.name}"
+    lines = [f"step {probe.step}  {where}  {probe.type_text}"]
     a = s.a
-    kind = a.kind.replace("_", " ")
-    lines = [f"step {a.step}  {a.phase}  {kind} {a.slot}  {a.name}  {a.type_text}"]
-    prints = f"A {a.fingerprint:016x}"
-    if s.b is not None:
-        prints += f"   B {s.b.fingerprint:016x}   {s.status}"
-        if s.b.type_text != a.type_text:
-            prints += f" (B is {s.b.type_text})"
-    if a.skipped:
-        prints = f"skipped: {a.skipped}"
+    if a is None:
+        prints = f"B {probe.fingerprint:016x}   only in B"
+    else:
+        prints = f"A {a.fingerprint:016x}"
+        if s.b is not None:
+            prints += f"   B {s.b.fingerprint:016x}   {s.status}"
+            if s.b.type_text != a.type_text:
+                prints += f" (B is {s.b.type_text})"
+        elif s.compared:
+            prints += "   only in A"
+    if probe.skipped:
+        prints = f"skipped: {probe.skipped}"
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
     if s.note:  # an op's call (JSON, for replay), or a detail of the record
         lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")
-    if s.b is not None and a.kind == "hyperparam" and s.status == "differs":
+    if a is not None and s.b is not None and a.kind == "hyperparam" and s.status == "differs":
         from divergence.record.hyperparameters import differing_settings
 
         differing = differing_settings(a.note, s.b.note)

@@ -1,6 +1,7 @@
 """``diverge show``: the records of one step whose name matches a glob, optionally side by side
 with another run (matched by step, phase, kind, name, slot and occurrence), with the numeric
-difference where both runs dumped the tensor.
+difference where both runs dumped the tensor. A matching record only one run holds is listed
+too ("only in A" / "only in B").
 
 >>> # probes = show_probes("runs/a", 3, "block.fc/*", against="runs/b")
 """
@@ -25,18 +26,30 @@ Key = tuple[int, str, str, str, int, int]  # step, phase, kind, name, slot, occu
 
 @dataclass
 class Shown:
-    """One record of run A, its counterpart in run B (if compared) and their numeric diff."""
+    """One record of run A and its counterpart in run B (when compared: either can be missing)
+    with their numeric diff."""
 
-    a: Probe
+    a: Probe | None
     b: Probe | None = None
+    compared: bool = False
     dumped: bool = False
     note: str = ""
     numeric: Any = None  # compare.numeric.NumericDiff
 
     @property
+    def probe(self) -> Probe:
+        """The record itself (run A's, or run B's when only B holds it)."""
+        probe = self.a or self.b
+        assert probe is not None
+        return probe
+
+    @property
     def status(self) -> str:
-        if self.b is None:
+        """``-`` (not compared), ``same``, ``differs``, ``only in A`` or ``only in B``."""
+        if not self.compared:
             return "-"
+        if self.a is None or self.b is None:
+            return "only in B" if self.a is None else "only in A"
         same = (self.a.fingerprint, self.a.dtype, self.a.shape) == (
             self.b.fingerprint,
             self.b.dtype,
@@ -44,9 +57,16 @@ class Shown:
         )
         return "same" if same else "differs"
 
+    @property
+    def counts_as_difference(self) -> bool:
+        """Whether this record makes ``show --against`` exit 1: a differing generator state is
+        evidence, not a divergence (an unseeded generator never drawn from changes nothing),
+        as in ``compare``."""
+        return self.status != "same" and self.compared and self.probe.kind != "rng_state"
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "a": self.a.to_json(),
+            "a": self.a.to_json() if self.a is not None else None,
             "b": self.b.to_json() if self.b is not None else None,
             "status": self.status,
             "dumped": self.dumped,
@@ -69,26 +89,42 @@ def show_probes(
             f"{run} has no step {step}",
             hint=f"its steps are {int(steps[0])}..{int(steps[-1])}",
         )
-    if not rows:
+    keys_a = _keys(file_a, step)
+    shown = [_shown(file_a, row) for row in rows]
+    if file_b is not None:
+        index_b = _keyed(file_b, step)
+        for item, row in zip(shown, rows, strict=True):
+            item.compared = True
+            row_b = index_b.get(keys_a[row])
+            if row_b is not None:
+                item.b = probe_at(file_b, row_b)
+                item.numeric = _numeric(file_a, row, file_b, row_b, item.probe.dtype)
+        shown += _only_in_b(file_b, step, pattern, set(keys_a.values()))
+    if not shown:
         raise UsageError(
             f"no record of step {step} in {run} matches {pattern!r}",
             hint="diverge show RUN --step N lists every record of a step; globs like "
             "'block.fc*' work",
         )
-    index_b = _keyed(file_b, step) if file_b is not None else {}
-    keys_a = _keys(file_a, step)
-    shown = []
-    for row in rows[:limit]:
-        item = Shown(probe_at(file_a, row), dumped=row in file_a.dumped_rows)
-        r = file_a.records[row]
-        if not r["status"] and r["note"]:
-            item.note = file_a.strings[r["note"]]
-        row_b = index_b.get(keys_a[row])
-        if file_b is not None and row_b is not None:
-            item.b = probe_at(file_b, row_b)
-            item.numeric = _numeric(file_a, row, file_b, row_b, item.a.dtype)
-        shown.append(item)
-    return shown
+    return shown[:limit]
+
+
+def _shown(file: RunFile, row: int) -> Shown:
+    """Run A's record ``row`` (its note: an op's call, or a detail of the record)."""
+    item = Shown(probe_at(file, row), dumped=row in file.dumped_rows)
+    r = file.records[row]
+    if not r["status"] and r["note"]:
+        item.note = file.strings[r["note"]]
+    return item
+
+
+def _only_in_b(file_b: RunFile, step: int, pattern: str, keys_a: set[Key]) -> list[Shown]:
+    """Run B's records of ``step`` matching ``pattern`` that run A lacks."""
+    if not (file_b.steps == step).any():
+        return []
+    keys_b = _keys(file_b, step)
+    rows = [row for row in matching_rows(file_b, step, pattern) if keys_b[row] not in keys_a]
+    return [Shown(None, probe_at(file_b, row), compared=True) for row in rows]
 
 
 def matching_rows(file: RunFile, step: int, pattern: str) -> list[int]:

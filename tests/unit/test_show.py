@@ -1,0 +1,59 @@
+"""``diverge show --against``: records only one run holds, and generator states, as compare
+sees them (real recordings through the Python API, the CLI in a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+
+import divergence
+from tests.conftest import run_cli
+
+
+def _record(path: Path, python_seed: int, extra_probe: bool) -> Path:
+    """Two steps of a tiny loop; python's generator is seeded but never drawn from."""
+    random.seed(python_seed)
+    torch.manual_seed(0)
+    with divergence.Recorder(path):
+        for step in range(2):
+            divergence.probe(torch.arange(4.0) * step, "value")
+            if extra_probe and step == 1:
+                divergence.probe(torch.ones(2), "value.extra")
+            divergence.step()
+    return path
+
+
+def _show(a: Path, b: Path, step: int, pattern: str) -> tuple[int, list[dict[str, object]]]:
+    result = run_cli("show", str(a), "--against", str(b), "--step", str(step), "--probe", pattern,
+                     "--json")  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)["records"]
+
+
+def test_a_record_only_run_b_holds_is_listed_and_makes_show_exit_1(tmp_path: Path) -> None:
+    a = _record(tmp_path / "a", python_seed=1, extra_probe=False)
+    b = _record(tmp_path / "b", python_seed=1, extra_probe=True)
+    code, records = _show(a, b, 1, "value*")
+    assert code == 1
+    assert [(r["a"] is None, r["b"] is None, r["status"]) for r in records] == [
+        (False, False, "same"),
+        (True, False, "only in B"),
+    ]
+    text = run_cli("show", str(a), "--against", str(b), "--step", "1", "--probe", "value.extra")
+    assert text.returncode == 1, text.stderr
+    assert "value.extra" in text.stdout and "only in B" in text.stdout
+    code, records = _show(b, a, 1, "value.extra")  # the other way round
+    assert code == 1 and records[0]["status"] == "only in A"
+
+
+def test_a_generator_state_alone_differing_is_no_difference_as_in_compare(tmp_path: Path) -> None:
+    a = _record(tmp_path / "a", python_seed=1, extra_probe=False)
+    b = _record(tmp_path / "b", python_seed=2, extra_probe=False)
+    assert run_cli("compare", "-q", str(a), str(b)).returncode == 0
+    code, records = _show(a, b, 0, "*")
+    statuses = {r["a"]["name"]: r["status"] for r in records}
+    assert statuses["python.random"] == "differs" and statuses["value"] == "same"
+    assert code == 0
