@@ -21,7 +21,7 @@ def info(run: str, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(summary.to_json(), indent=2))
     else:
-        from rich.console import Console
+        from divergence.report.terminal import print_report
 
-        Console(highlight=False).print(summary)
+        print_report(summary)
     return int(ExitCode.TROUBLE) if summary.unreadable else 0

@@ -17,7 +17,12 @@ from divergence.compare.explain import split_op_name
 from divergence.record.hunt import Hunt
 from divergence.record.rng import RNG_STATE_GLOBS
 from divergence.report.json_report import comparison_json
-from divergence.report.terminal import ComparisonReport, indented, key_value_table, section
+from divergence.report.terminal import (
+    ComparisonReport,
+    commands,
+    key_value_table,
+    section,
+)
 from divergence.wording import counted
 
 SCHEMA = "diverge.hunt/1"
@@ -36,7 +41,7 @@ class HuntReport:
             yield section("Report" + (" (op level)" if h.zoom is not None and h.reproduced else ""))
             yield ComparisonReport(report)
         yield section(f"Runs kept in {_short(h.directory)}")
-        yield indented(inspect_commands(h))
+        yield commands(inspect_commands(h))
 
 
 def verdict(h: Hunt) -> str:

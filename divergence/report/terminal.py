@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.padding import Padding
@@ -64,14 +66,24 @@ class ComparisonReport:
 
 def print_report(report: RenderableType, width: int | None = None) -> None:
     """Print a report on stdout, at most :data:`WIDTH` columns: in colour on a terminal;
-    piped, as text without the spaces rich pads table rows with."""
-    console = Console(width=width or min(Console().width, WIDTH), highlight=False)
+    piped, as text without the spaces rich pads table rows with, :data:`WIDTH` wide (not rich's
+    80 for a pipe) unless ``COLUMNS`` says otherwise."""
+    console = Console(width=width or report_width(), highlight=False)
     if console.is_terminal:
-        console.print(report)
+        console.print(report, crop=False)
         return
     with console.capture() as capture:
-        console.print(report)
+        console.print(report, crop=False)
     sys.stdout.write("".join(line.rstrip() + "\n" for line in capture.get().splitlines()))
+
+
+def report_width() -> int:
+    """The terminal's width up to :data:`WIDTH`; :data:`WIDTH` for a pipe or a file (rich
+    would take 80 there), or ``COLUMNS`` where it is set."""
+    console = Console()
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return min(console.width, WIDTH)
+    return WIDTH
 
 
 def verdict(c: Comparison) -> Text:
@@ -122,20 +134,45 @@ def indented(lines: list[str]) -> Padding:
     return Padding(Text("\n".join(lines)), (0, 0, 0, 2))
 
 
-def divergence_table(d: Divergence) -> Table:
+def commands(lines: list[str]) -> Text:
+    """Shell commands indented by two columns, never wrapped (a command longer than the width
+    stays one line a user can copy; :func:`print_report` does not crop it)."""
+    return Text("\n".join(f"  {line}" for line in lines), no_wrap=True, overflow="ignore")
+
+
+def divergence_table(d: Divergence) -> KeyValueTable:
     return key_value_table(divergence_rows(d))
 
 
-def key_value_table(rows: Iterable[tuple[str, str]]) -> Table:
-    """Dim keys and values that wrap inside their own column."""
-    table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
-    # long keys (determinism.torch.are_deterministic_algorithms_enabled) fold rather than
-    # squeeze every value into a narrow column
-    table.add_column(style="dim", overflow="fold", max_width=36)
-    table.add_column(overflow="fold", min_width=30, max_width=84)
-    for key, value in rows:
-        table.add_row(key, value)
-    return table
+@dataclass
+class KeyValueTable:
+    """Dim keys and values that wrap inside their own column. A key stays whole while the
+    values keep 30 columns (rich would share a shortfall out over both columns and fold
+    ``determinism.torch.are_deterministic_algorithms_enabled`` even at 100 columns); past
+    that it folds rather than squeeze every value into a narrow column."""
+
+    rows: list[tuple[str, str]]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # Both widths set: rich's own sharing lets a table with a minimum width overflow.
+        room = options.max_width - 8  # (8: two columns on each side of each cell)
+        longest = max((len(key) for key, _ in self.rows), default=0)
+        key_width = max(min(longest, room - min(VALUE_MIN_WIDTH, room // 2)), 1)
+        value_width = max(min(room - key_width, 84), 1)
+        table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
+        table.add_column(style="dim", overflow="fold", width=key_width)
+        table.add_column(overflow="fold", width=value_width)
+        for key, value in self.rows:
+            table.add_row(key, value)
+        yield table
+
+
+VALUE_MIN_WIDTH = 30
+
+
+def key_value_table(rows: Iterable[tuple[str, str]]) -> KeyValueTable:
+    """A :class:`KeyValueTable` of ``rows``."""
+    return KeyValueTable(list(rows))
 
 
 def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:

@@ -1,0 +1,56 @@
+"""Report layout: key/value tables fit the width without cropping a value, long keys stay
+whole at 100 columns, suggested commands never wrap, piped output is 100 columns unpadded."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+from rich.console import Console, Group, RenderableType
+
+from divergence.report.terminal import WIDTH, commands, key_value_table
+from tests.conftest import ROOT, run_cli
+
+LONG_KEY = "determinism.torch.are_deterministic_algorithms_enabled"
+VALUE = "rng_state 24, batch 24, param 72, input 112, output 112, loss 8, grad_output 112, x"
+ROWS = [("kinds", VALUE), (LONG_KEY, "False"), ("argv", "['train.py', '--steps', '8']")]
+
+
+def render(renderable: RenderableType, width: int) -> list[str]:
+    console = Console(width=width, color_system=None, file=io.StringIO(), record=True)
+    console.print(renderable, crop=False)  # as print_report does
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 140])
+def test_a_key_value_table_fits_and_keeps_every_word_of_its_values(width: int) -> None:
+    lines = render(key_value_table(ROWS), width)
+    assert max(len(line) for line in lines) <= width
+    text = " ".join(" ".join(lines).split())
+    for word in VALUE.split():
+        assert word in text, (word, lines)  # wrapped, never cropped
+
+
+def test_the_longest_metadata_key_stays_whole_at_100_columns() -> None:
+    lines = render(key_value_table(ROWS), WIDTH)
+    assert any(line.strip().startswith(f"{LONG_KEY}    False") for line in lines), lines
+
+
+def test_a_suggested_command_longer_than_the_width_stays_one_line() -> None:
+    command = "diverge show runs/hunt/zoom1 --against runs/hunt/zoom2 --step 12 --probe 'a/b/c'"
+    # (in a Group, as in a report: print() would merge a bare Text into a new one)
+    assert render(Group(commands([command, "diverge compare a b"])), 40) == [
+        f"  {command}",
+        "  diverge compare a b",
+    ]
+
+
+def test_info_piped_is_100_columns_without_padding() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    result = run_cli("info", str(ROOT / "sample_runs" / "threads" / "a"), env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(line == line.rstrip() for line in lines)
+    assert max(len(line) for line in lines) <= WIDTH
+    assert any(line.strip().startswith(LONG_KEY) for line in lines)
