@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
+import traceback
 
 import click
 
@@ -66,7 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()
         return int(ExitCode.TROUBLE)
+    except Exception as exc:  # a bug of ours: exit 2 still (1 would read "diverged")
+        return internal_error(argv, exc)
     return int(result or 0)
+
+
+def internal_error(argv: list[str] | None, exc: Exception) -> int:
+    """An exception no check foresaw: one line and exit 2 like any trouble; the traceback
+    with ``DIVERGE_TRACEBACK=1`` (for a bug report)."""
+    if os.environ.get("DIVERGE_TRACEBACK"):
+        traceback.print_exc()
+    message = f"internal error: {type(exc).__name__}: {exc}".replace("\n", " ")
+    hint = "a bug in diverge; DIVERGE_TRACEBACK=1 shows where, for a report"
+    line = f"{message} (hint: {hint})"
+    return trouble(argv, line, "InternalError", message, hint, ExitCode.TROUBLE)
 
 
 def trouble(

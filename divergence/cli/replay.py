@@ -2,27 +2,39 @@
 
 Call one recorded aten op again, N times, on its dumped inputs (an op-level run with dumps, as
 `diverge hunt` makes): varying outputs prove the op nondeterministic on this device; stable
-outputs mean the divergence comes from configuration or environment. PyTorch only.
-Exit status: 0 stable, 1 varies, 2 trouble.
+outputs mean the divergence comes from configuration or environment; an op that draws random
+numbers (RANDOM) cannot be reproduced: its generator's state is the suspect. PyTorch only.
+Exit status: 0 stable (or random), 1 varies, 2 trouble.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
-from divergence.errors import ExitCode
+from divergence.errors import ExitCode, UsageError
 
 
 @click.command(help=__doc__)
 @click.argument("run", type=click.Path())
 @click.option("--step", type=int, required=True, help="The step the op ran in.")
 @click.option("--op", "pattern", required=True, help="Op record name or glob.")
-@click.option("--times", type=int, default=5, show_default=True, help="Executions.")
-@click.option("--call", type=int, default=0, show_default=True, help="Which matching call.")
+@click.option(
+    "--times", type=click.IntRange(min=1), default=5, show_default=True, help="Executions."
+)
+@click.option(
+    "--call",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Which matching call of the step, from 0.",
+)
 @click.option("--device", default="cpu", show_default=True, help="Device to run it on.")
-@click.option("--threads", type=int, default=None, help="torch.set_num_threads first.")
+@click.option(
+    "--threads", type=click.IntRange(min=1), default=None, help="torch.set_num_threads first."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.replay/1).")
 def replay(
     run: str,
@@ -38,6 +50,7 @@ def replay(
 
     from divergence.frameworks.torch.replay import replay as run_replay
 
+    _check_device(torch, device)
     if threads is not None:
         torch.set_num_threads(threads)
     result = run_replay(run, step, pattern, times, device, call)
@@ -51,3 +64,15 @@ def replay(
         for i, outputs in enumerate(result.outputs[:10]):
             click.echo(f"  run {i + 1:<5} {' '.join(f'{v:016x}' for v in outputs)}")
     return int(ExitCode.IDENTICAL if result.stable else ExitCode.DIVERGED)
+
+
+def _check_device(torch: Any, device: str) -> None:
+    """A device this torch can put a tensor on, else a usage error naming it."""
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:  # (a CPU build asserts on "cuda")
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(
+            f"--device {device}: not usable here ({reason})",
+            hint="cpu, or a device this torch build and machine have (cuda, cuda:1, mps)",
+        ) from exc

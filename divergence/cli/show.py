@@ -10,6 +10,7 @@ Exit status: 0, or 1 when --against finds a record that differs or that only one
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -21,13 +22,20 @@ from divergence.errors import ExitCode
 @click.option("--against", type=click.Path(), default=None, help="Show run B's records too.")
 @click.option("--step", type=int, required=True, help="The step to show.")
 @click.option("--probe", "pattern", default="*", show_default=True, help="Glob over record names.")
-@click.option("--limit", type=int, default=200, show_default=True, help="At most this many.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Show at most this many (the exit status counts every record).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.show/1).")
 def show(run: str, against: str | None, step: int, pattern: str, limit: int, as_json: bool) -> int:
     from divergence.compare.show import Shown, show_probes
 
-    shown: list[Shown] = show_probes(run, step, pattern, against, limit)
-    differs = any(s.counts_as_difference for s in shown)
+    every: list[Shown] = show_probes(run, step, pattern, against, limit)
+    differs = any(s.counts_as_difference for s in every)
+    shown, left_off = every[:limit], every[limit:]
     if as_json:
         data = {
             "schema": "diverge.show/1",
@@ -36,12 +44,26 @@ def show(run: str, against: str | None, step: int, pattern: str, limit: int, as_
             "step": step,
             "probe": pattern,
             "records": [s.to_json() for s in shown],
+            "total": len(every),
+            "left_off": len(left_off),
+            "left_off_differing": sum(s.counts_as_difference for s in left_off),
         }
         click.echo(json.dumps(data, indent=2))
     else:
         for item in shown:
             click.echo("\n".join(_lines(item)))
+        if left_off:
+            click.echo(_left_off_line(left_off))
     return int(ExitCode.DIVERGED if differs else ExitCode.IDENTICAL)
+
+
+def _left_off_line(left_off: list[Any]) -> str:
+    """``... 12 more records not shown (3 differ); --limit N shows more``."""
+    from divergence.wording import counted
+
+    differing = sum(s.counts_as_difference for s in left_off)
+    differ = f" ({differing} differ)" if differing else ""
+    return f"... {counted(len(left_off), 'more record')} not shown{differ}; --limit N shows more"
 
 
 def _lines(s: object) -> list[str]:

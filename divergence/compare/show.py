@@ -79,7 +79,8 @@ def show_probes(
     run: str | Path, step: int, pattern: str, against: str | Path | None = None, limit: int = 200
 ) -> list[Shown]:
     """Records of ``step`` whose name matches ``pattern`` (a glob; a plain name matches itself
-    and, for op records, ``*/<name>``)."""
+    and, for op records, ``*/<name>``): every one, so a caller can count what it leaves off,
+    with numeric diffs for the first ``limit`` only."""
     file_a = _single(run)
     file_b = _single(against) if against is not None else None
     rows = matching_rows(file_a, step, pattern)
@@ -93,12 +94,13 @@ def show_probes(
     shown = [_shown(file_a, row) for row in rows]
     if file_b is not None:
         index_b = _keyed(file_b, step)
-        for item, row in zip(shown, rows, strict=True):
+        for index, (item, row) in enumerate(zip(shown, rows, strict=True)):
             item.compared = True
             row_b = index_b.get(keys_a[row])
             if row_b is not None:
                 item.b = probe_at(file_b, row_b)
-                item.numeric = _numeric(file_a, row, file_b, row_b, item.probe.dtype)
+                if index < limit:
+                    item.numeric = _numeric(file_a, row, file_b, row_b, item.probe.dtype)
         shown += _only_in_b(file_b, step, pattern, set(keys_a.values()))
     if not shown:
         raise UsageError(
@@ -106,7 +108,7 @@ def show_probes(
             hint="diverge show RUN --step N lists every record of a step; globs like "
             "'block.fc*' work",
         )
-    return shown[:limit]
+    return shown
 
 
 def _shown(file: RunFile, row: int) -> Shown:

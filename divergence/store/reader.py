@@ -67,6 +67,10 @@ class RunFile:
             raise
         except FileNotFoundError as exc:
             raise CorruptRunError(f"{path}: file not found") from exc
+        except PermissionError as exc:  # (the run itself may be fine: not "record it again")
+            raise CorruptRunError(
+                f"{path}: permission denied", hint="the file must be readable by this user"
+            ) from exc
         except DAMAGE_ERRORS as exc:
             raise CorruptRunError(
                 f"{path}: cannot read HDF5 ({_short(exc)})", hint=HINT_CORRUPT

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,10 @@ class Run:
             )
         if path.is_file():
             return cls(path=path, processes=[Process("process0", None, path)])
+        if not os.access(path, os.R_OK | os.X_OK):  # (glob would find nothing and say so)
+            raise RunNotFoundError(
+                f"{path}: permission denied", hint="the directory must be readable by this user"
+            )
         files = sorted(path.glob("*.h5"))
         if not files:
             raise RunNotFoundError(
@@ -79,4 +84,7 @@ def _start_order(file: Path) -> tuple[list[int], float]:
         meta = read_meta(file)
         return [int(i) for i in meta.get("process_index", [])], float(meta.get("start_time", 0))
     except Exception:
-        return [], file.stat().st_mtime
+        try:
+            return [], file.stat().st_mtime
+        except OSError:  # (a dangling link: opening it says what is wrong)
+            return [], 0.0

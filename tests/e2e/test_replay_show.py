@@ -75,3 +75,18 @@ def test_replay_of_a_random_op_says_it_cannot_reproduce_the_draw(tmp_path: Path)
     assert result.draws_random and not result.matches_recorded
     assert result.verdict().startswith("RANDOM: the op draws random numbers")
     assert result.to_json()["draws_random"] is True
+    assert result.to_json()["status"] == "random"  # as the verdict says, not "stable"
+
+
+def test_replay_refuses_bad_options_in_one_line(record: Recorder) -> None:
+    run = record("mlp.py", "--steps", "1", options=DUMPED)
+    for options, said in [
+        (("--device", "foo"), "--device foo: not usable here"),
+        (("--threads", "0"), "'--threads': 0 is not in the range x>=1"),
+        (("--times", "0"), "'--times': 0 is not in the range x>=1"),
+        (("--call", "-1"), "'--call': -1 is not in the range x>=0"),
+    ]:
+        result = run_cli("replay", str(run), "--step", "0", "--op", ADDMM, *options, "--json")
+        assert result.returncode == 2, (options, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and said in result.stderr
+        assert json.loads(result.stdout)["status"] == "error"

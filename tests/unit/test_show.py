@@ -57,3 +57,22 @@ def test_a_generator_state_alone_differing_is_no_difference_as_in_compare(tmp_pa
     statuses = {r["a"]["name"]: r["status"] for r in records}
     assert statuses["python.random"] == "differs" and statuses["value"] == "same"
     assert code == 0
+
+
+def test_a_difference_past_the_limit_still_makes_show_exit_1_and_is_counted(
+    tmp_path: Path,
+) -> None:
+    a = _record(tmp_path / "a", python_seed=1, extra_probe=False)
+    b = _record(tmp_path / "b", python_seed=1, extra_probe=True)
+    args = ("show", str(a), "--against", str(b), "--step", "1", "--probe", "value*", "--limit")
+    result = run_cli(*args, "1", "--json")
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert [r["status"] for r in data["records"]] == ["same"]
+    assert (data["total"], data["left_off"], data["left_off_differing"]) == (2, 1, 1)
+    text = run_cli(*args, "1")
+    assert text.returncode == 1
+    assert text.stdout.splitlines()[-1] == (
+        "... 1 more record not shown (1 differ); --limit N shows more"
+    )
+    assert run_cli(*args, "0").returncode == 2

@@ -61,8 +61,16 @@ class Replay:
         its output follows the generator's state, which replay does not restore."""
         return bool(RANDOM_OPS.search(self.name.rpartition("/")[2]))
 
-    def verdict(self) -> str:
+    @property
+    def status(self) -> str:
+        """``random`` (an op drawing random numbers that replay could not reproduce),
+        ``varies`` or ``stable``: the verdict's first word."""
         if self.draws_random and not self.matches_recorded:
+            return "random"
+        return "stable" if self.stable else "varies"
+
+    def verdict(self) -> str:
+        if self.status == "random":
             return (
                 "RANDOM: the op draws random numbers, and replay ran it from this process's "
                 "generator state, not the recording's: it cannot reproduce the recorded "
@@ -96,7 +104,7 @@ class Replay:
             "times": self.times,
             "device": self.device,
             "threads": self.threads,
-            "status": "stable" if self.stable else "varies",
+            "status": self.status,
             "distinct_outputs": self.distinct,
             "matches_recorded": self.matches_recorded,
             "draws_random": self.draws_random,
