@@ -59,5 +59,10 @@ class IncomparableRunsError(DivergenceError):
     """Two runs that cannot be aligned: different scripts, ranks or fingerprint algorithms."""
 
 
+class IncompleteRecordingError(DivergenceError):
+    """Runs that match as far as they were recorded, where a run's recording stopped early
+    (an internal failure) while its training went on: no verdict on the rest."""
+
+
 class RecordError(DivergenceError):
     """`diverge record` could not record (instrumentation did not start, output exists, ...)."""

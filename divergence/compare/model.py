@@ -138,6 +138,8 @@ class ProcessComparison:
     rng_differences: list[str] = field(default_factory=list)
     role: str = ""  # multi-rank runs: see compare/ranks.py ROLES
     role_text: str = ""
+    # "run A (pid1.h5): <reason>" for each file whose recording stopped early (its end says why)
+    recording_stopped: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -36,8 +36,13 @@ from divergence.compare.engine import (
 )
 from divergence.compare.environment import environment_differences
 from divergence.compare.explain import classify, run_facts
-from divergence.compare.model import Comparison, Divergence, ProcessComparison
-from divergence.errors import CorruptRunError, IncomparableRunsError, UsageError
+from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
+from divergence.errors import (
+    CorruptRunError,
+    IncomparableRunsError,
+    IncompleteRecordingError,
+    UsageError,
+)
 from divergence.store.reader import RunFile, read_meta
 from divergence.store.run import Process, Run
 from divergence.store.schema import Kind
@@ -69,7 +74,24 @@ def compare_ranks(
     comparison.notes[:0] = completeness_notes(comparison.processes)
     if len(comparison.processes) > 1:
         place_ranks(comparison)
+    if comparison.identical:
+        refuse_partly_recorded(comparison)
     return comparison
+
+
+def refuse_partly_recorded(comparison: Comparison) -> None:
+    """Runs that match only because a recording stopped early (the training went on, its
+    steps unrecorded) get no verdict: "identical" and exit 0 would claim the unseen steps."""
+    stopped = [line for p in comparison.processes for line in p.recording_stopped]
+    if stopped:
+        steps = max((p.steps_a for p in comparison.processes), default=0)
+        raise IncompleteRecordingError(
+            f"{comparison.run_a} and {comparison.run_b} match over the "
+            f"{counted(steps, 'step')} recorded, but recording stopped early in "
+            f"{'; '.join(stopped)}: the rest of the training was not recorded",
+            hint="a bug in diverge's recorder (please report it); --exclude the probe it "
+            "names, or --steps past it, records around it",
+        )
 
 
 def _without_script(meta: dict[str, Any]) -> dict[str, Any]:
@@ -150,6 +172,11 @@ def _compare_pair(
     environment = environment_differences(
         *(_without_script(f.meta) if scripts else f.meta for f in (file_a, file_b))
     )
+    if scripts:  # (told by the other arguments; shown whole)
+        environment = [
+            EnvDifference(e.key, file_a.meta["argv"], file_b.meta["argv"]) if e.key == "argv" else e
+            for e in environment
+        ]
     known = {e.key for e in comparison.environment}
     comparison.environment.extend(e for e in environment if e.key not in known)
     result = compare_files(key, file_a, file_b)
@@ -163,6 +190,11 @@ def _compare_pair(
         for fact, value in run_facts(file_a.meta).items():  # (a value divergence has them)
             first.facts.setdefault(fact, value)
         first.cause, first.cause_text = classify(first, environment)
+    result.recording_stopped = [
+        f"run {which} ({file.path.name}): {failure}"
+        for which, file in (("A", file_a), ("B", file_b))
+        if (failure := (file.end or {}).get("failure"))
+    ]
     # (the command's exit status is in every file: said once)
     comparison.notes.extend(
         n for n in failure_notes([(file_a, file_b)]) if n not in comparison.notes

@@ -414,6 +414,10 @@ def test_a_renamed_copy_is_compared_with_other_scripts(record: Recorder, tmp_pat
     assert code == 0
     assert "the runs are of different scripts ('mlp.py' and 'mlp_fixed.py'" in report["notes"][0]
     assert not any(e["key"] == "argv" for e in report["environment_differences"])
+    seeded = record(str(copy), "--seed", "0")  # the default: another argument, same training
+    code, report = compare_json(a, seeded, "--other-scripts")
+    argv = next(e for e in report["environment_differences"] if e["key"] == "argv")
+    assert Path(argv["a"][0]).name == "mlp.py" and argv["b"][1:] == ["--seed", "0"]
 
 
 def test_compare_and_info_work_without_torch_or_tensorflow(record: Recorder) -> None:

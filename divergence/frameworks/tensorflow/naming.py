@@ -92,11 +92,10 @@ def variable_names(root: Any, root_name: str) -> dict[int, str]:
 
 def optimizer_slots(optimizer: Any, variables: list[Any]) -> dict[int, list[tuple[str, Any]]]:
     """``id(model variable) -> [(slot label, optimizer variable)]`` from Keras' slot naming
-    ``{reference.path with / as _}_{slot}`` (the longest matching reference wins)."""
-    prefixes = sorted(
-        ((str(v.path).replace("/", "_") + "_", v) for v in variables),
-        key=lambda item: -len(item[0]),
-    )
+    ``{reference.path with / as _}_{slot}`` (the longest matching reference wins); a plain
+    ``tf.Variable`` has no path: Keras names its slots after its name, ``/`` and ``:`` as ``_``.
+    """
+    prefixes = sorted(((_slot_prefix(v), v) for v in variables), key=lambda item: -len(item[0]))
     slots: dict[int, list[tuple[str, Any]]] = {id(v): [] for v in variables}
     for slot_variable in optimizer.variables:
         label = str(slot_variable.name)
@@ -105,3 +104,17 @@ def optimizer_slots(optimizer: Any, variables: list[Any]) -> dict[int, list[tupl
                 slots[id(reference)].append((label[len(prefix) :], slot_variable))
                 break
     return slots
+
+
+def _slot_prefix(variable: Any) -> str:
+    """What Keras' ``add_variable_from_reference`` puts before a slot's name for ``variable``.
+
+    >>> from types import SimpleNamespace
+    >>> _slot_prefix(SimpleNamespace(path="dense/kernel"))
+    'dense_kernel_'
+    >>> _slot_prefix(SimpleNamespace(name="w:0"))
+    'w_0_'
+    """
+    if hasattr(variable, "path"):
+        return str(variable.path).replace("/", "_") + "_"
+    return str(variable.name).replace("/", "_").replace(":", "_") + "_"

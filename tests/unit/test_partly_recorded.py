@@ -1,0 +1,50 @@
+"""Runs that match only because their recording stopped early get no "identical" verdict
+(exit 2, the reason named); a divergence found before the stop is still reported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+import divergence
+from tests.conftest import run_cli
+
+
+def _record(path: Path, stop_after: int | None, planted_step: int | None = None) -> Path:
+    """Four steps of a tiny loop; the recording fails (as an internal error would) after step
+    ``stop_after`` while the loop goes on."""
+    recorder = divergence.Recorder(path)
+    with recorder:
+        for step in range(4):
+            value = torch.arange(4.0) + (1.0 if step == planted_step else 0.0)
+            divergence.probe(value, "value")
+            divergence.step()
+            if step == stop_after:
+                assert recorder.session is not None
+                recorder.session.fail("after_apply: AttributeError: no attribute 'path'")
+    return path
+
+
+def test_runs_matching_only_up_to_a_stopped_recording_are_trouble(tmp_path: Path) -> None:
+    a = _record(tmp_path / "a", stop_after=0)
+    b = _record(tmp_path / "b", stop_after=0)
+    result = run_cli("compare", "--json", str(a), str(b))
+    assert result.returncode == 2, result.stdout
+    line = result.stderr.strip()
+    assert line.startswith(f"diverge: error: {a} and {b} match over the 1 step recorded, but ")
+    assert "run A (" in line and "run B (" in line and "no attribute 'path'" in line
+    assert json.loads(result.stdout)["error"]["type"] == "IncompleteRecordingError"
+    whole = _record(tmp_path / "whole", stop_after=None)
+    assert run_cli("compare", "-q", str(whole), str(whole)).returncode == 0
+
+
+def test_a_divergence_before_the_stop_is_still_reported(tmp_path: Path) -> None:
+    a = _record(tmp_path / "a", stop_after=1)
+    b = _record(tmp_path / "b", stop_after=1, planted_step=1)
+    result = run_cli("compare", "--json", str(a), str(b))
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["first_divergence"]["step"] == 1
+    assert any("recording stopped early" in note for note in data["notes"])
