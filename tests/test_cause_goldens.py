@@ -205,6 +205,44 @@ def test_an_unexplained_difference_on_a_cpu_suspects_code_and_configuration_firs
         assert "suspect first what the recorder does not see" in found.summary
 
 
+@pytest.mark.parametrize("op", ["aten.addmm.default", "MatMul"])
+def test_an_op_input_no_recorded_op_made_is_not_blamed_on_the_kernel(op: str) -> None:
+    """At op level a first difference in an op's input (a constant, a weight written through
+    .data) is older than the op: "different bits from identical inputs" would contradict the
+    origin line. An op input whose origin is open keeps the op's own cause."""
+    for device in ("cpu", "cuda"):
+        facts = {"framework": "torch", "device": device, "op": op, "origin": "no"}
+        found = match_cause("value", "op_input", f"fc/{op}", [], "forward", facts=facts)
+        assert found is not None and found.cause == "configuration"
+        assert "no recorded op made that input" in found.summary
+    facts = {"framework": "torch", "device": "cpu", "op": "aten.addmm.default", "origin": "yes"}
+    found = match_cause("value", "op_output", "fc/aten.addmm.default", [], "forward", facts)
+    assert found is not None and found.cause == "compute"
+
+
+def test_other_labels_are_not_put_down_to_the_data_order() -> None:
+    facts = {"framework": "tensorflow", "device": "cpu", "origin": "yes"}
+    found = match_cause("value", "batch", "targets", [], "data", facts=facts)
+    assert found is not None and "targets (labels)" in found.summary
+    assert "deterministic=False" not in found.summary
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_a_determinism_switch_explains_other_ops_at_op_level(framework: str) -> None:
+    """Turning determinism on swaps kernels: at op level the runs call other ops (a structure
+    divergence), which the switch explains better than "different code paths"."""
+    switch = {
+        "torch": ["determinism.torch.are_deterministic_algorithms_enabled"],
+        "tensorflow": ["determinism.op_determinism"],
+    }[framework]
+    facts = {"framework": framework, "device": "cpu"}
+    found = match_cause("structure", "op_output", "x/LogSoftmax", switch, "forward", facts)
+    assert found is not None and found.cause == "compute"
+    assert "determinism switches differ" in found.summary
+    found = match_cause("structure", "op_output", "x/LogSoftmax", [], "forward", facts)
+    assert found is not None and found.cause == "structure"
+
+
 def test_nothing_known_says_so() -> None:
     assert match_cause("value", "step_end", "x", [], "marker") is None
 

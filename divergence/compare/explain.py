@@ -715,6 +715,7 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     seeded_alike = not any(key in CALL_LISTS or key.startswith("rng.") for key in keys)
     divergence.facts["generators"] = "matched" if seeded_alike else "differed"
     divergence.facts["reading"] = str(getattr(divergence.numeric, "reading", "") or "none")
+    divergence.facts["origin"] = {True: "yes", False: "no", None: "open"}[divergence.origin]
     if _only_the_layout_differs(divergence):
         divergence.facts["layout"] = "strides"
     conditions = (divergence.reason, divergence.kind, divergence.location, keys, divergence.phase)

@@ -49,6 +49,7 @@ LIST_FIELDS = (
     "forwards",
     "filters",
     "regions",
+    "origins",
 )
 COMPUTE_KINDS = (
     "output",
@@ -93,6 +94,7 @@ class Cause:
     forwards: tuple[str, ...] = ()  # "recomputed": a forward run again in the backward
     filters: tuple[str, ...] = ()  # "globs": recorded with --include/--exclude
     regions: tuple[str, ...] = ()  # "one_run": a torch.compile region only one run entered
+    origins: tuple[str, ...] = ()  # "yes", "no" (an input differed) or "open"
     holds_for: str = ""
 
     def applies(
@@ -127,6 +129,7 @@ class Cause:
             and _holds(self.forwards, facts.get("forward", ""))
             and _holds(self.filters, facts.get("filters", ""))
             and _holds(self.regions, facts.get("region", ""))
+            and _holds(self.origins, facts.get("origin", ""))
         )
 
 
