@@ -23,7 +23,7 @@ from pathlib import Path
 from divergence.compare.engine import compare_runs
 from divergence.compare.explain import parent_module
 from divergence.compare.model import Comparison, Divergence
-from divergence.errors import RecordError
+from divergence.errors import IncomparableRunsError, RecordError
 from divergence.record.config import RecordConfig, StepRange
 from divergence.record.launcher import record, resolve_command
 from divergence.record.rng import RNG_STATE_GLOBS
@@ -136,6 +136,8 @@ def hunt(
     (or each with ``against``)."""
     command = resolve_command(command)
     say = say or _say
+    if against is not None:
+        check_reference(against)
     result = Hunt(command, directory, against=against)
     recorded = [
         _record(command, RecordConfig(output=str(directory / f"run{i + 1}")), say)
@@ -145,7 +147,7 @@ def hunt(
     reference = against if against is not None else recorded[0]
     others = recorded if against is not None else recorded[1:]
     for other in others:
-        result.pairs.append(Pair(reference, other, compare_runs(reference, other)))
+        result.pairs.append(Pair(reference, other, _compare(reference, other, against)))
     first = result.first
     if first is None:
         return result
@@ -181,6 +183,28 @@ def _steady_against(h: Hunt, step: int) -> str:
         "code), not nondeterminism, which re-recording this command cannot show at op level; "
         f"record both with --granularity op --steps {step}:{step + 1} and compare them"
     )
+
+
+def check_reference(path: Path) -> None:
+    """Read every file of the reference run before recording anything: a damaged or missing
+    reference is said at once, not after the command ran twice."""
+    from divergence.store.run import Run
+
+    for process in Run.open(path).processes:
+        process.load()
+
+
+def _compare(reference: Path, other: Path, against: Path | None) -> Comparison:
+    """``compare_runs``; a reference that cannot be compared gets a hint that fits hunt."""
+    try:
+        return compare_runs(reference, other)
+    except IncomparableRunsError as exc:
+        if against is None:
+            raise
+        raise IncomparableRunsError(
+            exc.message,
+            hint=f"--against takes a run of the same command recorded alike; {other} is kept",
+        ) from exc
 
 
 def _zoom_skip_reason(d: Divergence) -> str:

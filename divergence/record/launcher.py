@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -210,7 +211,8 @@ def finish(
         return status if status else 2
     progress = Progress.read(handshake)
     say(f"recorded {progress.line()} into {output}/ ({describe_status(status)})")
-    say(f"next: diverge info {_short(output)}   |   diverge compare {_short(output)} OTHER_RUN")
+    run = shlex.quote(_short(output))
+    say(f"next: diverge info {run}   |   diverge compare {run} OTHER_RUN")
     return status
 
 

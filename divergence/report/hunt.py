@@ -95,9 +95,9 @@ def _not_reproduced(h: Hunt) -> str:
 def inspect_commands(h: Hunt) -> list[str]:
     lines = []
     for pair in h.pairs:
-        lines.append(f"diverge compare {_short(pair.a)} {_short(pair.b)}")
+        lines.append(f"diverge compare {_quoted(pair.a)} {_quoted(pair.b)}")
     if h.zoom is not None:
-        a, b = _short(h.zoom.a), _short(h.zoom.b)
+        a, b = _quoted(h.zoom.a), _quoted(h.zoom.b)
         lines.append(f"diverge compare {a} {b}")
         report = h.zoom.comparison.first
         if report is not None:
@@ -136,6 +136,15 @@ def hunt_json(h: Hunt) -> dict[str, Any]:
         "report": comparison_json(report) if report is not None else None,
         "commands": inspect_commands(h),
     }
+
+
+def _quoted(path: Path) -> str:
+    """:func:`_short`, quoted for a shell where it needs it (a space in the -o directory).
+
+    >>> _quoted(Path("/no where/run1"))
+    "'/no where/run1'"
+    """
+    return shlex.quote(_short(path))
 
 
 def _short(path: Path) -> str:
