@@ -22,7 +22,15 @@ from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
-from divergence.store.schema import BARE_TENSOR, SAMPLE_WEIGHT, Kind, Phase, Status, parse_shape
+from divergence.store.schema import (
+    BARE_TENSOR,
+    EDITED_IN_TRACE,
+    SAMPLE_WEIGHT,
+    Kind,
+    Phase,
+    Status,
+    parse_shape,
+)
 from divergence.wording import KERAS_ON_TORCH, describe_status
 
 
@@ -534,6 +542,15 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
     record: a parameter recorded in the forward or backward phase (written outside the
     optimizer), a gradient in the optimizer phase (not the one the backward left), weights
     passed to the loss (FORMAT.md)."""
+    if probe.kind == Kind.PARAM_GRAD.label and probe.skipped == EDITED_IN_TRACE:
+        return (
+            f"run {which}'s traced step (tf.function) holds code that edits `{probe.name}`'s "
+            "gradient between tape.gradient() and apply_gradients(), and the other run's does "
+            "not. The edit is part of the traced graph from its first step on, not fingerprinted "
+            "there: it need not change a value at this step (an edit under tf.cond or a "
+            "threshold applies only when its condition holds); show --against at later steps "
+            "tells where the values part"
+        )
     if probe.kind == Kind.PARAM_GRAD.label and probe.phase == Phase.OPTIMIZER.label:
         return (
             f"run {which} changed `{probe.name}`'s gradient between the backward and the "

@@ -241,6 +241,10 @@ def test_a_gradient_clipped_before_apply_gradients_is_named(keras_cli: Any, runs
         "gradients",
     )
     assert "run B changed" in first["origin_text"]
+    first = first_difference(keras_cli, runs / "tape", runs / "tape_clip_1")  # traced edit
+    assert (first["reason"], first["step"]) == ("structure", 0)
+    assert "run B's traced step (tf.function) holds code that edits" in first["origin_text"]
+    assert "need not change a value at this step" in first["origin_text"]
     records = Run.open(runs / "tape_clip_1").processes[0].load().records
     grads = records[records["kind"] == Kind.PARAM_GRAD]
     edited = grads[grads["phase"] == Phase.OPTIMIZER]
