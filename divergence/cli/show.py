@@ -29,11 +29,22 @@ from divergence.errors import ExitCode
     show_default=True,
     help="Show at most this many (the exit status counts every record).",
 )
+@click.option(
+    "--other-scripts", is_flag=True, help="With --against: runs of another script name too."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.show/1).")
-def show(run: str, against: str | None, step: int, pattern: str, limit: int, as_json: bool) -> int:
+def show(
+    run: str,
+    against: str | None,
+    step: int,
+    pattern: str,
+    limit: int,
+    other_scripts: bool,
+    as_json: bool,
+) -> int:
     from divergence.compare.show import Shown, show_probes
 
-    every: list[Shown] = show_probes(run, step, pattern, against, limit)
+    every: list[Shown] = show_probes(run, step, pattern, against, limit, other_scripts)
     differs = any(s.counts_as_difference for s in every)
     shown, left_off = every[:limit], every[limit:]
     if as_json:

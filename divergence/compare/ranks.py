@@ -72,11 +72,20 @@ def compare_ranks(
         pair = _compare_pair(comparison, key, process_a, process_b, tolerant, other_scripts)
         comparison.processes.append(pair)
     comparison.notes[:0] = completeness_notes(comparison.processes)
+    if _same_files(run_a, run_b):
+        comparison.notes.insert(0, "runs A and B are the same files: compared with themselves")
     if len(comparison.processes) > 1:
         place_ranks(comparison)
     if comparison.identical:
         refuse_partly_recorded(comparison)
     return comparison
+
+
+def _same_files(run_a: Run, run_b: Run) -> bool:
+    """Whether both paths name the same run files (the same directory twice, or a run and
+    its own file)."""
+    files = [{p.path.resolve() for p in run.processes} for run in (run_a, run_b)]
+    return files[0] == files[1]
 
 
 def refuse_partly_recorded(comparison: Comparison) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from divergence.compare.engine import probe_at
+from divergence.compare.engine import probe_at, refuse_different_programs
 from divergence.compare.model import Probe
 from divergence.errors import UsageError
 from divergence.store.reader import RunFile
@@ -76,13 +76,20 @@ class Shown:
 
 
 def show_probes(
-    run: str | Path, step: int, pattern: str, against: str | Path | None = None, limit: int = 200
+    run: str | Path,
+    step: int,
+    pattern: str,
+    against: str | Path | None = None,
+    limit: int = 200,
+    other_scripts: bool = False,
 ) -> list[Shown]:
     """Records of ``step`` whose name matches ``pattern`` (a glob; a plain name matches itself
     and, for op records, ``*/<name>``): every one, so a caller can count what it leaves off,
     with numeric diffs for the first ``limit`` only."""
     file_a = _single(run)
     file_b = _single(against) if against is not None else None
+    if file_b is not None:  # (as compare: records of other programs do not pair)
+        refuse_different_programs(file_a, file_b, other_scripts)
     rows = matching_rows(file_a, step, pattern)
     steps = file_a.steps
     if steps.size and not (steps == step).any():

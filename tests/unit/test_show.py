@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 import divergence
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 
 def _record(path: Path, python_seed: int, extra_probe: bool) -> Path:
@@ -76,3 +76,23 @@ def test_a_difference_past_the_limit_still_makes_show_exit_1_and_is_counted(
         "... 1 more record not shown (1 differ); --limit N shows more"
     )
     assert run_cli(*args, "0").returncode == 2
+
+
+def test_runs_of_other_programs_are_refused_as_compare_refuses_them() -> None:
+    samples = ROOT / "sample_runs"
+    result = run_cli("show", str(samples / "threads" / "a"), "--against",
+                     str(samples / "keras" / "flip_a"), "--step", "0", "--json")  # fmt: skip
+    assert result.returncode == 2
+    assert "recorded 'train.py' but" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert json.loads(result.stdout)["error"]["type"] == "IncomparableRunsError"
+
+
+def test_a_run_compared_with_itself_says_so(tmp_path: Path) -> None:
+    run = _record(tmp_path / "a", python_seed=1, extra_probe=False)
+    file = next(run.glob("*.h5"))
+    result = run_cli("compare", "--json", str(run), str(file))
+    assert result.returncode == 0
+    assert (
+        "runs A and B are the same files: compared with themselves"
+        in json.loads(result.stdout)["notes"]
+    )
