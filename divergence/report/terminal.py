@@ -222,10 +222,15 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
     first = p.first
     assert first is not None
     aligned = prop.aligned_until_step
+    unseen = (
+        "no loss seen: neither fit's nor a tape.gradient() target's"
+        if first.facts.get("framework") == "tensorflow"
+        else "no backward() of a loss seen"
+    )
     loss = (
         f"differs from step {prop.first_loss_difference_step}"
         if prop.first_loss_difference_step is not None
-        else "not recorded (no backward() of a loss seen, or --include/--exclude left it out)"
+        else f"not recorded ({unseen}, or --include/--exclude left it out)"
         if not prop.loss_recorded
         else "never differs (in the recorded steps)"
         if aligned is None
