@@ -610,6 +610,8 @@ def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray
     loss = rows[kind[rows] == Kind.LOSS]
     (final_step, final_a), (_, final_b) = _final_prints(a), _final_prints(b)
     common = final_a.keys() & final_b.keys()
+    (_, buffers_a), (_, buffers_b) = _final_prints(a, Kind.BUFFER), _final_prints(b, Kind.BUFFER)
+    common_buffers = buffers_a.keys() & buffers_b.keys()
     shorter = min(a.records.size, b.records.size)
     aligned = structure_end >= shorter
     ended = a.steps_complete != b.steps_complete and shorter > 0
@@ -625,18 +627,23 @@ def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray
         aligned_until_step=None if aligned else int(a.records["step"][structure_end]),
         compared_until_step=int(a.records["step"][shorter - 1]) if ended else None,
         loss_recorded=bool(loss.size) or bool((kind == Kind.LOSS).any()),
+        final_buffers_differing=sum(buffers_a[k] != buffers_b[k] for k in common_buffers),
+        final_buffers_total=len(common_buffers),
     )
 
 
-def _final_prints(run: RunFile) -> tuple[int, dict[str, tuple[int, str, str]]]:
+def _final_prints(
+    run: RunFile, kind: Kind = Kind.PARAM
+) -> tuple[int, dict[str, tuple[int, str, str]]]:
     """Name -> (fingerprint, dtype, shape) of each parameter's last record, when it is one of
     its changes: its last update by whichever optimizer steps it (a GAN's two), or a write
     outside any optimizer (an EMA copy); and the last step among them. A parameter recorded
     only initially is left out (frozen; a Keras layer's own variable such as a moving mean is
     recorded again as a buffer, if at all), and so are skipped records (a DTensor, a tensor
-    subclass): their placeholders are equal whatever the values."""
+    subclass): their placeholders are equal whatever the values. ``kind``: BUFFER for the
+    buffers' last records."""
     records, strings = run.records, run.strings
-    rows = np.flatnonzero(records["kind"] == Kind.PARAM)
+    rows = np.flatnonzero(records["kind"] == kind)
     last_row = np.full(len(strings), -1, dtype=np.int64)  # by name id (no sort: 6x cheaper)
     np.maximum.at(last_row, records["name"][rows], rows)
     last = records[last_row[last_row >= 0]]

@@ -106,6 +106,10 @@ class Propagation:
     aligned_until_step: int | None = None  # records compared up to there (then a structure)
     compared_until_step: int | None = None  # the last step both runs recorded (None: all)
     loss_recorded: bool = True  # (a loss record in the records compared)
+    # buffers (running statistics, a Keras layer's non-trainable variables), compared as the
+    # parameters are: each one's last record
+    final_buffers_differing: int = 0
+    final_buffers_total: int = 0
 
     @property
     def healed(self) -> bool:
@@ -114,6 +118,7 @@ class Propagation:
         return (
             self.final_params_total > 0
             and self.final_params_differing == 0
+            and self.final_buffers_differing == 0
             and self.last_difference_step < self.final_step
             and self.aligned_until_step is None
             and (

@@ -258,7 +258,7 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
         *(
             [
                 f"{_final_parameters(prop)}: {prop.final_params_differing} of "
-                f"{prop.final_params_total} differ"
+                f"{prop.final_params_total} differ{_final_buffers(prop)}"
             ]
             if prop.final_params_total
             else []  # (no optimizer step in the compared records)
@@ -272,6 +272,13 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
             else []
         ),
     ]
+
+
+def _final_buffers(prop: Propagation) -> str:
+    """``; buffers: 2 of 4 differ`` where the runs record buffers (running statistics)."""
+    if not prop.final_buffers_total:
+        return ""
+    return f"; buffers: {prop.final_buffers_differing} of {prop.final_buffers_total} differ"
 
 
 def _final_parameters(prop: Propagation) -> str:
