@@ -101,7 +101,7 @@ def verdict(c: Comparison) -> Text:
     where = f"{what} of {first.location}" if first.location else "the end"
     if first.a is not None and first.a.name == first.location and first.location:
         where = first.a.label  # (with its slot: "batch 2 of M", as the probe line says)
-    origin = {True: "origin", False: "propagated", None: "origin not probed"}[first.origin]
+    origin = {True: "origin", False: "propagated", None: "origin not established"}[first.origin]
     if first.reason == "length":
         return Text(
             f"DIVERGED (length) at step {first.step}: one run ended early", style="bold red"
