@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `diverge` alone: the help, not an error
+        exc.show()
+        return int(ExitCode.TROUBLE)
     except click.ClickException as exc:
         message = exc.format_message()
         return trouble(argv, message, "UsageError", message, None, ExitCode.TROUBLE)

@@ -69,3 +69,10 @@ def test_an_unreadable_run_directory_is_not_called_empty(monkeypatch: pytest.Mon
     assert caught.value.one_line() == (
         f"{RUN}: permission denied (hint: the directory must be readable by this user)"
     )
+
+
+def test_diverge_alone_prints_its_help_not_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2  # (no command: a usage problem, as click and git have it)
+    err = capsys.readouterr().err
+    assert err.startswith("Usage: diverge [OPTIONS] COMMAND [ARGS]...") and "error" not in err
+    assert "compare  diverge compare RUN_A RUN_B" in err
