@@ -134,6 +134,18 @@ def indented(lines: list[str]) -> Padding:
     return Padding(Text("\n".join(lines)), (0, 0, 0, 2))
 
 
+def origin_text(d: Divergence) -> str:
+    """The origin row: a setting (an optimizer's hyperparameters, a layer's arguments) has no
+    inputs, so "its inputs matched" would not read right there."""
+    if d.origin and d.kind == "hyperparam":
+        return "yes: a setting, given to the program, not computed from recorded tensors"
+    return {
+        True: "yes: its recorded inputs matched, its output did not",
+        False: "no: propagated",
+        None: "not established",
+    }[d.origin]
+
+
 def commands(lines: list[str]) -> Text:
     """Shell commands indented by two columns, never wrapped (a command longer than the width
     stays one line a user can copy; :func:`print_report` does not crop it)."""
@@ -185,14 +197,7 @@ def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
             yield "run B", d.b.type_text
         fingerprint_b = f"{d.b.fingerprint:016x}" if d.b is not None else "-"
         yield "fingerprints", f"A {d.a.fingerprint:016x}   B {fingerprint_b}"
-        yield (
-            "origin",
-            {
-                True: "yes: its recorded inputs matched, its output did not",
-                False: "no: propagated",
-                None: "not established",
-            }[d.origin],
-        )
+        yield "origin", origin_text(d)
         if d.matched_inputs:
             yield "inputs", ", ".join(d.matched_inputs) + " (matched)"
         if d.rng_evidence:

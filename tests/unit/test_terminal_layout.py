@@ -54,3 +54,15 @@ def test_info_piped_is_100_columns_without_padding() -> None:
     assert all(line == line.rstrip() for line in lines)
     assert max(len(line) for line in lines) <= WIDTH
     assert any(line.strip().startswith(LONG_KEY) for line in lines)
+
+
+def test_a_setting_as_origin_is_not_said_to_have_matching_inputs() -> None:
+    from divergence.compare.model import Divergence
+    from divergence.report.terminal import origin_text
+
+    setting = Divergence("value", "p0", 0, "init", "hyperparam", "SGD.settings", 0)
+    setting.origin = True
+    assert origin_text(setting).startswith("yes: a setting")
+    output = Divergence("value", "p0", 0, "forward", "output", "fc", 0)
+    output.origin = True
+    assert origin_text(output) == "yes: its recorded inputs matched, its output did not"
