@@ -692,6 +692,8 @@ def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
                 f"{p.process}: generator states differ ({', '.join(p.rng_differences)}) "
                 "but no recorded tensor does: an unseeded generator that is not used"
             )
+        if p.first is not None and p.first.unreadable:
+            continue  # (its own note says why: not a killed process)
         for which, complete, steps in (
             ("A", p.complete_a, p.steps_a),
             ("B", p.complete_b, p.steps_b),

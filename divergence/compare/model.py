@@ -86,6 +86,8 @@ class Divergence:
     # op-level facts for the cause (explain.py): "op", "module", "device", "framework"
     facts: dict[str, Any] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)  # why the cause class was chosen
+    # a process whose file in one run cannot be read: where it parts is unknown (not step 0)
+    unreadable: bool = False
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -160,13 +162,14 @@ class Comparison:
     @property
     def first(self) -> Divergence | None:
         # (at one step and phase, a process that was killed comes first: the others' failures,
-        # a collective whose peer vanished, follow from it)
+        # a collective whose peer vanished, follow from it; a damaged file, whose step is
+        # unknown, comes after every divergence the readable files show)
         found = [
-            (p.first.sort_key, p.complete_a and p.complete_b, i, p.first)
+            (p.first.unreadable, p.first.sort_key, p.complete_a and p.complete_b, i, p.first)
             for i, p in enumerate(self.processes)
             if p.first is not None
         ]
-        return min(found)[3] if found else None
+        return min(found)[4] if found else None
 
     @property
     def identical(self) -> bool:

@@ -238,6 +238,7 @@ def _unpaired(
     first = Divergence("length", key, 0, "marker", "step_end", "", 0)
     first.origin_text = f"run {which} {state} for {key} (killed before its first step, or damaged)"
     first.cause, first.cause_text = "length", "the rank recorded nothing readable in one run"
+    first.unreadable = state == "unreadable"
     path_a = process_a.path if process_a else Path("-")
     path_b = process_b.path if process_b else Path("-")
     return ProcessComparison(
