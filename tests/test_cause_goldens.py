@@ -56,6 +56,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], list[Change]]] = {
     "rng": (CPU, CPU, [(1, "torch.cpu", Kind.RNG_STATE), (1, ADD, Kind.OP_OUTPUT)]),
     "data": (CPU, CPU, [(1, "dataloader", Kind.BATCH)]),
     "compute_atomics": (CUDA, CUDA, [(1, ADD, Kind.OP_OUTPUT)]),
+    # an op's input differs and no recorded op made it (a constant, a write outside the ops)
+    "input_unmade": (CUDA, CUDA, [(1, ADD, Kind.OP_INPUT)]),
     "compute_switch": (
         {**CUDA, "determinism": {"torch.are_deterministic_algorithms_enabled": True}},
         {**CUDA, "determinism": {"torch.are_deterministic_algorithms_enabled": False}},
@@ -119,6 +121,7 @@ EXPECTED = {
     "rng": "rng",
     "data": "data",
     "compute_atomics": "compute",
+    "input_unmade": "configuration",
     "compute_switch": "compute",
     "communication": "communication",
     "structure": "structure",
@@ -211,17 +214,17 @@ def test_an_op_input_no_recorded_op_made_is_not_blamed_on_the_kernel(op: str) ->
     .data) is older than the op: "different bits from identical inputs" would contradict the
     origin line. An op input whose origin is open keeps the op's own cause."""
     for device in ("cpu", "cuda"):
-        facts = {"framework": "torch", "device": device, "op": op, "origin": "no"}
+        facts = {"framework": "torch", "device": device, "op": op, "input": "unmade"}
         found = match_cause("value", "op_input", f"fc/{op}", [], "forward", facts=facts)
         assert found is not None and found.cause == "configuration"
         assert "no recorded op made that input" in found.summary
-    facts = {"framework": "torch", "device": "cpu", "op": "aten.addmm.default", "origin": "yes"}
+    facts = {"framework": "torch", "device": "cpu", "op": "aten.addmm.default"}
     found = match_cause("value", "op_output", "fc/aten.addmm.default", [], "forward", facts)
     assert found is not None and found.cause == "compute"
 
 
 def test_other_labels_are_not_put_down_to_the_data_order() -> None:
-    facts = {"framework": "tensorflow", "device": "cpu", "origin": "yes"}
+    facts = {"framework": "tensorflow", "device": "cpu", "generators": "matched"}
     found = match_cause("value", "batch", "targets", [], "data", facts=facts)
     assert found is not None and "targets (labels)" in found.summary
     assert "deterministic=False" not in found.summary

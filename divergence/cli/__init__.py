@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -22,6 +23,10 @@ SUBCOMMANDS = {
     "show": ("divergence.cli.show", "show"),
     "replay": ("divergence.cli.replay", "replay"),
 }
+
+
+# click 8.2 on (older ones print the help as an error): a tuple matching nothing there
+NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class LazyGroup(click.Group):
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.NoArgsIsHelpError as exc:  # `diverge` alone: the help, not an error
+    except NO_ARGS_IS_HELP as exc:  # `diverge` alone: the help, not an error
         exc.show()
         return int(ExitCode.TROUBLE)
     except click.ClickException as exc:
@@ -71,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()
         return int(ExitCode.TROUBLE)
+    except (OSError, MemoryError) as exc:  # the machine's trouble (a full disk, a read-only
+        # directory, a command that cannot run), not a bug of ours
+        message = str(exc) or type(exc).__name__
+        return trouble(argv, message, type(exc).__name__, message, None, ExitCode.TROUBLE)
     except Exception as exc:  # a bug of ours: exit 2 still (1 would read "diverged")
         return internal_error(argv, exc)
     return int(result or 0)

@@ -97,7 +97,8 @@ def _lines(s: object) -> list[str]:
         elif s.compared:
             prints += "   only in A"
     if probe.skipped:
-        prints = f"skipped: {probe.skipped}"
+        only = f"   {s.status}" if s.status.startswith("only") else ""
+        prints = f"skipped: {probe.skipped}{only}"
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
     if s.note:  # an op's call (JSON, for replay), or a detail of the record
         lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")

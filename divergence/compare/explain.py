@@ -489,6 +489,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
                 "ops inside a compiled region are not observed"
             )
             return
+        divergence.facts["input"] = "unmade"  # (no recorded op made it: not the op's fault)
         unseen = (
             "a constant or a value made outside TensorFlow ops, e.g. a Python number"
             if run.meta.get("framework") == "tensorflow"
@@ -715,7 +716,6 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     seeded_alike = not any(key in CALL_LISTS or key.startswith("rng.") for key in keys)
     divergence.facts["generators"] = "matched" if seeded_alike else "differed"
     divergence.facts["reading"] = str(getattr(divergence.numeric, "reading", "") or "none")
-    divergence.facts["origin"] = {True: "yes", False: "no", None: "open"}[divergence.origin]
     if _only_the_layout_differs(divergence):
         divergence.facts["layout"] = "strides"
     conditions = (divergence.reason, divergence.kind, divergence.location, keys, divergence.phase)

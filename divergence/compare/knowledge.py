@@ -49,7 +49,7 @@ LIST_FIELDS = (
     "forwards",
     "filters",
     "regions",
-    "origins",
+    "inputs",
 )
 COMPUTE_KINDS = (
     "output",
@@ -94,7 +94,7 @@ class Cause:
     forwards: tuple[str, ...] = ()  # "recomputed": a forward run again in the backward
     filters: tuple[str, ...] = ()  # "globs": recorded with --include/--exclude
     regions: tuple[str, ...] = ()  # "one_run": a torch.compile region only one run entered
-    origins: tuple[str, ...] = ()  # "yes", "no" (an input differed) or "open"
+    inputs: tuple[str, ...] = ()  # "unmade": an op input no recorded op made differs
     holds_for: str = ""
 
     def applies(
@@ -129,7 +129,7 @@ class Cause:
             and _holds(self.forwards, facts.get("forward", ""))
             and _holds(self.filters, facts.get("filters", ""))
             and _holds(self.regions, facts.get("region", ""))
-            and _holds(self.origins, facts.get("origin", ""))
+            and _holds(self.inputs, facts.get("input", ""))
         )
 
 

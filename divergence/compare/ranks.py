@@ -81,6 +81,16 @@ def compare_ranks(
     return comparison
 
 
+def _missed_steps(end: dict[str, Any]) -> bool:
+    """Whether a recording that stopped early missed whole steps the program took after the
+    one it stopped in (runs of 0.10 and before do not say: assumed so). A failure while the
+    last step's records were settled at exit missed none."""
+    failed, taken = end.get("failure_step"), end.get("steps_taken")
+    if not isinstance(failed, int) or not isinstance(taken, int):
+        return True
+    return taken > failed + 1
+
+
 def _same_files(run_a: Run, run_b: Run) -> bool:
     """Whether both paths name the same run files (the same directory twice, or a run and
     its own file)."""
@@ -91,13 +101,14 @@ def _same_files(run_a: Run, run_b: Run) -> bool:
 def refuse_partly_recorded(comparison: Comparison) -> None:
     """Runs that match only because a recording stopped early (the training went on, its
     steps unrecorded) get no verdict: "identical" and exit 0 would claim the unseen steps."""
-    stopped = [line for p in comparison.processes for line in p.recording_stopped]
+    stopped = [p for p in comparison.processes if p.recording_stopped]
     if stopped:
-        steps = max((p.steps_a for p in comparison.processes), default=0)
+        steps = min(min(p.steps_a, p.steps_b) for p in stopped)
+        reasons = "; ".join(line for p in stopped for line in p.recording_stopped)
         raise IncompleteRecordingError(
             f"{comparison.run_a} and {comparison.run_b} match over the "
-            f"{counted(steps, 'step')} recorded, but recording stopped early in "
-            f"{'; '.join(stopped)}: the rest of the training was not recorded",
+            f"{counted(steps, 'step')} recorded, but recording stopped early in {reasons}: "
+            "the rest of the training was not recorded",
             hint="a bug in diverge's recorder (please report it); --exclude the probe it "
             "names, or --steps past it, records around it",
         )
@@ -202,7 +213,7 @@ def _compare_pair(
     result.recording_stopped = [
         f"run {which} ({file.path.name}): {failure}"
         for which, file in (("A", file_a), ("B", file_b))
-        if (failure := (file.end or {}).get("failure"))
+        if (failure := (file.end or {}).get("failure")) and _missed_steps(file.end or {})
     ]
     # (the command's exit status is in every file: said once)
     comparison.notes.extend(

@@ -91,12 +91,13 @@ def show_probes(
     if file_b is not None:  # (as compare: records of other programs do not pair)
         refuse_different_programs(file_a, file_b, other_scripts)
     rows = matching_rows(file_a, step, pattern)
-    steps = file_a.steps
-    if steps.size and not (steps == step).any():
-        raise UsageError(
-            f"{run} has no step {step}",
-            hint=f"its steps are {int(steps[0])}..{int(steps[-1])}",
-        )
+    for path, file in ((run, file_a), (against, file_b)):
+        steps = file.steps if file is not None else None
+        if steps is not None and steps.size and not (steps == step).any():
+            raise UsageError(
+                f"{path} has no step {step}",
+                hint=f"its steps are {int(steps[0])}..{int(steps[-1])}",
+            )
     keys_a = _keys(file_a, step)
     shown = [_shown(file_a, row) for row in rows]
     if file_b is not None:
@@ -118,9 +119,12 @@ def show_probes(
     return shown
 
 
-def _shown(file: RunFile, row: int) -> Shown:
-    """Run A's record ``row`` (its note: an op's call, or a detail of the record)."""
-    item = Shown(probe_at(file, row), dumped=row in file.dumped_rows)
+def _shown(file: RunFile, row: int, only_in_b: bool = False) -> Shown:
+    """Run A's record ``row`` (or run B's, with ``only_in_b``), with its note: an op's call,
+    or a detail of the record."""
+    probe = probe_at(file, row)
+    item = Shown(None, probe, compared=True) if only_in_b else Shown(probe)
+    item.dumped = row in file.dumped_rows
     r = file.records[row]
     if not r["status"] and r["note"]:
         item.note = file.strings[r["note"]]
@@ -129,11 +133,9 @@ def _shown(file: RunFile, row: int) -> Shown:
 
 def _only_in_b(file_b: RunFile, step: int, pattern: str, keys_a: set[Key]) -> list[Shown]:
     """Run B's records of ``step`` matching ``pattern`` that run A lacks."""
-    if not (file_b.steps == step).any():
-        return []
     keys_b = _keys(file_b, step)
     rows = [row for row in matching_rows(file_b, step, pattern) if keys_b[row] not in keys_a]
-    return [Shown(None, probe_at(file_b, row), compared=True) for row in rows]
+    return [_shown(file_b, row, only_in_b=True) for row in rows]
 
 
 def matching_rows(file: RunFile, step: int, pattern: str) -> list[int]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from divergence.compare.engine import compare_runs
 from divergence.compare.explain import parent_module
 from divergence.compare.model import Comparison, Divergence
-from divergence.errors import IncomparableRunsError, RecordError
+from divergence.errors import IncomparableRunsError, IncompleteRecordingError, RecordError
 from divergence.record.config import RecordConfig, StepRange
 from divergence.record.launcher import record, resolve_command
 from divergence.record.rng import RNG_STATE_GLOBS
@@ -166,7 +166,10 @@ def hunt(
         config = zoom_config(divergence, directory / name)
         zoom_runs.append(_record(command, config, say))
         result.zoom_config = config
-    result.zoom = Pair(zoom_runs[0], zoom_runs[1], compare_runs(*zoom_runs))
+    try:
+        result.zoom = Pair(zoom_runs[0], zoom_runs[1], compare_runs(*zoom_runs))
+    except IncompleteRecordingError as exc:  # (the hash-only divergence still stands)
+        result.zoom_skipped = f"op-level recording stopped early: {exc.message}"
     return result
 
 
@@ -175,7 +178,10 @@ def _steady_against(h: Hunt, step: int) -> str:
     the zoom re-records this command only, whose runs match each other."""
     if h.against is None or len(h.recorded) < 2 or not all(p.diverged for p in h.pairs):
         return ""
-    if not all(compare_runs(h.recorded[0], run).identical for run in h.recorded[1:]):
+    try:
+        if not all(compare_runs(h.recorded[0], run).identical for run in h.recorded[1:]):
+            return ""
+    except IncompleteRecordingError:  # (runs matching only up to a stopped recording)
         return ""
     return (
         f"this command's runs match each other and each differs from {h.against.name}: a "

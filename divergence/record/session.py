@@ -98,6 +98,7 @@ class Session:
         self.host_generators_at_start: dict[str, str] = {}
         self.host_generators_at_end: dict[str, str] = {}
         self.failure = ""
+        self.failure_step: int | None = None  # the step recording stopped in
         self.uncaught = ""  # the exception that ended the process, if one did
         self._start_time = time.time()
         self._reset_buffer()
@@ -136,6 +137,7 @@ class Session:
         """Stop recording after an internal error; the training itself goes on untouched."""
         if not self.failure:
             self.failure = reason
+            self.failure_step = self.current_step
             print(f"diverge: recording stopped at step {self.step}: {reason}", file=sys.stderr)
 
     def begin_event(self) -> bool:
@@ -356,6 +358,8 @@ class Session:
             self._split_forward_steps(keep_current=False)
         if self._rows:
             self._close_step()
+        if self.failure:  # (compare: did the program take steps the recorder missed?)
+            end["failure_step"], end["steps_taken"] = self.failure_step, self.step
         if self.uncaught:
             end["uncaught"] = self.uncaught
             if buffered:  # the step it raised in: its records so far are written

@@ -102,6 +102,8 @@ def verdict(c: Comparison) -> Text:
     if first.a is not None and first.a.name == first.location and first.location:
         where = first.a.label  # (with its slot: "batch 2 of M", as the probe line says)
     origin = {True: "origin", False: "propagated", None: "origin not established"}[first.origin]
+    if first.unreadable:
+        return Text(f"DIVERGED (length): {first.origin_text}", style="bold red")
     if first.reason == "length":
         return Text(
             f"DIVERGED (length) at step {first.step}: one run ended early", style="bold red"
@@ -156,6 +158,9 @@ def divergence_table(d: Divergence) -> KeyValueTable:
     return key_value_table(divergence_rows(d))
 
 
+VALUE_MIN_WIDTH = 30  # a key/value table's values keep this many columns before keys fold
+
+
 @dataclass
 class KeyValueTable:
     """Dim keys and values that wrap inside their own column. A key stays whole while the
@@ -175,11 +180,8 @@ class KeyValueTable:
         table.add_column(style="dim", overflow="fold", width=key_width)
         table.add_column(overflow="fold", width=value_width)
         for key, value in self.rows:
-            table.add_row(key, value)
+            table.add_row(Text(key), Text(value))  # (not markup: an argv may hold "[a]")
         yield table
-
-
-VALUE_MIN_WIDTH = 30
 
 
 def key_value_table(rows: Iterable[tuple[str, str]]) -> KeyValueTable:

@@ -24,3 +24,18 @@ def test_plain_variables_are_recorded_with_their_optimizer_slots(
     names = {run.strings[i] for i in run.records["name"]}
     # ("?": a name no model of the run gives it, as Keras or the user wrote it)
     assert {"?w:0", "?w:0/momentum", "?b:0", "?b:0/momentum"} <= names, sorted(names)
+
+
+def test_unnamed_variables_get_their_own_slots() -> None:
+    """Unnamed tf.Variables are all ``Variable:0``: their slots are paired in order."""
+    import keras
+    import tensorflow as tf
+
+    from divergence.frameworks.tensorflow.naming import optimizer_slots
+
+    variables = [tf.Variable(tf.zeros([2])), tf.Variable(tf.ones([3])), tf.Variable([1.0])]
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    optimizer.build(variables)
+    slots = optimizer_slots(optimizer, variables)
+    shapes = [[(label, tuple(s.shape)) for label, s in slots[id(v)]] for v in variables]
+    assert shapes == [[("momentum", (2,))], [("momentum", (3,))], [("momentum", (1,))]]

@@ -37,3 +37,13 @@ def test_the_readable_ranks_divergence_heads_the_report(tmp_path: Path) -> None:
     assert "unreadable for rank0" in rank0.first.origin_text
     assert not any("killed or crashed" in note for note in comparison.notes)
     assert any("rank0.h5: cannot read HDF5" in note for note in comparison.notes)
+
+
+def test_a_damaged_rank_alone_is_headed_as_unreadable(tmp_path: Path) -> None:
+    from divergence.report.terminal import render_text
+
+    a = write_run(tmp_path / "a", CPU, [])
+    run_a = _ranked(tmp_path / "run_a", a, damaged_rank=None)
+    run_b = _ranked(tmp_path / "run_b", a, damaged_rank=1)
+    text = render_text(compare_runs(run_a, run_b))
+    assert text.splitlines()[0].startswith("DIVERGED (length): run B unreadable for rank1")

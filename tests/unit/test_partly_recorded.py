@@ -40,6 +40,14 @@ def test_runs_matching_only_up_to_a_stopped_recording_are_trouble(tmp_path: Path
     assert run_cli("compare", "-q", str(whole), str(whole)).returncode == 0
 
 
+def test_a_recording_that_stopped_after_the_last_step_missed_nothing(tmp_path: Path) -> None:
+    a = _record(tmp_path / "a", stop_after=3)  # (the loop's last step: none taken after it)
+    b = _record(tmp_path / "b", stop_after=3)
+    result = run_cli("compare", "--json", str(a), str(b))
+    assert result.returncode == 0, result.stderr
+    assert any("recording stopped early" in n for n in json.loads(result.stdout)["notes"])
+
+
 def test_a_divergence_before_the_stop_is_still_reported(tmp_path: Path) -> None:
     a = _record(tmp_path / "a", stop_after=1)
     b = _record(tmp_path / "b", stop_after=1, planted_step=1)

@@ -96,3 +96,15 @@ def test_a_run_compared_with_itself_says_so(tmp_path: Path) -> None:
         "runs A and B are the same files: compared with themselves"
         in json.loads(result.stdout)["notes"]
     )
+
+
+def test_a_step_only_one_run_holds_is_refused_either_way(tmp_path: Path) -> None:
+    a = _record(tmp_path / "a", python_seed=1, extra_probe=False)  # steps 0 and 1
+    short = tmp_path / "short"
+    with divergence.Recorder(short):  # step 0 only
+        divergence.probe(torch.arange(4.0), "value")
+        divergence.step()
+    for x, y in ((a, short), (short, a)):
+        result = run_cli("show", str(x), "--against", str(y), "--step", "1", "--probe", "*")
+        assert result.returncode == 2, result.stdout
+        assert f"{short} has no step 1" in result.stderr

@@ -66,3 +66,8 @@ def test_a_setting_as_origin_is_not_said_to_have_matching_inputs() -> None:
     output = Divergence("value", "p0", 0, "forward", "output", "fc", 0)
     output.origin = True
     assert origin_text(output) == "yes: its recorded inputs matched, its output did not"
+
+
+def test_values_are_text_not_markup() -> None:
+    lines = render(key_value_table([("argv", "train.py --tags [a] [bold]x[/bold]")]), 100)
+    assert lines[0].endswith("train.py --tags [a] [bold]x[/bold]")

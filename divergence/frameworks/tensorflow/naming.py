@@ -94,14 +94,23 @@ def optimizer_slots(optimizer: Any, variables: list[Any]) -> dict[int, list[tupl
     """``id(model variable) -> [(slot label, optimizer variable)]`` from Keras' slot naming
     ``{reference.path with / as _}_{slot}`` (the longest matching reference wins); a plain
     ``tf.Variable`` has no path: Keras names its slots after its name, ``/`` and ``:`` as ``_``.
+    Variables of one name (unnamed ``tf.Variable``s are all ``Variable:0``) share a prefix:
+    Keras makes their slots in the variables' order, so the k-th slot of a label goes to the
+    k-th of them.
     """
     prefixes = sorted(((_slot_prefix(v), v) for v in variables), key=lambda item: -len(item[0]))
     slots: dict[int, list[tuple[str, Any]]] = {id(v): [] for v in variables}
     for slot_variable in optimizer.variables:
         label = str(slot_variable.name)
-        for prefix, reference in prefixes:
-            if label.startswith(prefix) and slot_variable is not reference:
-                slots[id(reference)].append((label[len(prefix) :], slot_variable))
+        matching = [(p, r) for p, r in prefixes if label.startswith(p) and slot_variable is not r]
+        if not matching:
+            continue
+        prefix = matching[0][0]  # (the longest)
+        slot = label[len(prefix) :]
+        for same_prefix, reference in matching:
+            taken = any(name == slot for name, _ in slots[id(reference)])
+            if same_prefix == prefix and not taken:
+                slots[id(reference)].append((slot, slot_variable))
                 break
     return slots
 
