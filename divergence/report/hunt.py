@@ -18,6 +18,7 @@ from divergence.record.hunt import Hunt
 from divergence.record.rng import RNG_STATE_GLOBS
 from divergence.report.json_report import comparison_json
 from divergence.report.terminal import (
+    ORIGIN_TAGS,
     ComparisonReport,
     commands,
     key_value_table,
@@ -56,7 +57,7 @@ def verdict(h: Hunt) -> str:
     if d.facts.get("op"):
         module = d.facts.get("module") or "no module"
         where = f"`{d.facts['op']}` {d.kind.removeprefix('op_')} {d.slot} in `{module}`"
-    origin = {True: "origin", False: "propagated", None: "origin not established"}[d.origin]
+    origin = ORIGIN_TAGS[d.origin]
     return f"DIVERGED at step {d.step}, {d.phase}: {where} [{origin}]; cause: {d.cause}"
 
 

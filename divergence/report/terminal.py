@@ -101,7 +101,7 @@ def verdict(c: Comparison) -> Text:
     where = f"{what} of {first.location}" if first.location else "the end"
     if first.a is not None and first.a.name == first.location and first.location:
         where = first.a.label  # (with its slot: "batch 2 of M", as the probe line says)
-    origin = {True: "origin", False: "propagated", None: "origin not established"}[first.origin]
+    origin = ORIGIN_TAGS[first.origin]
     if first.unreadable:
         return Text(f"DIVERGED (length): {first.origin_text}", style="bold red")
     if first.reason == "length":
@@ -134,6 +134,10 @@ def environment_table(c: Comparison) -> Table:
 def indented(lines: list[str]) -> Padding:
     """Lines indented by two columns, wrapped lines too."""
     return Padding(Text("\n".join(lines)), (0, 0, 0, 2))
+
+
+# a headline's bracketed word on the first divergence (compare's and hunt's)
+ORIGIN_TAGS = {True: "origin", False: "propagated", None: "origin not established"}
 
 
 def origin_text(d: Divergence) -> str:
