@@ -13,11 +13,17 @@ from divergence.report.terminal import render_text
 from divergence.store.schema import Kind, Phase
 
 
-def write_run(path: Path, include: tuple[str, ...], changed: bool, zoom: bool = False) -> Path:
+def write_run(
+    path: Path,
+    include: tuple[str, ...],
+    changed: bool,
+    zoom: bool = False,
+    framework: str = "torch",
+) -> Path:
     """Two steps of ``fc`` (input, output) and the loss; ``fc``'s input differs at step 1 when
     ``changed`` (the batch before it, filtered out, made it)."""
     session = Session(RecordConfig(output=str(path), include=include, zoom=zoom), path)
-    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    session.metadata_providers.append(lambda: {"framework": framework, "env": {}})
     for step in range(2):
         session.begin_event()
         for kind, value in ((Kind.INPUT, 1 + (changed and step == 1)), (Kind.OUTPUT, 2)):
@@ -38,6 +44,14 @@ def test_a_filtered_run_says_what_was_not_compared(tmp_path: Path) -> None:
     assert first is not None and (first.step, first.kind) == (1, "input")
     assert "recorded with --include/--exclude: what those left out" in first.cause_text
     assert "loss not recorded (no backward() of a loss seen" in render_text(comparison)
+
+
+def test_a_tensorflow_run_says_which_loss_was_not_seen(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", ("fc*",), changed=False, framework="tensorflow")
+    b = write_run(tmp_path / "b", ("fc*",), changed=True, framework="tensorflow")
+    text = render_text(compare_runs(a, b))
+    assert "loss not recorded (no loss seen: neither fit's nor a tape.gradient() target's" in text
+    assert "backward()" not in text.replace("tape.gradient()", "")
 
 
 def test_an_unfiltered_run_has_neither_note(tmp_path: Path) -> None:

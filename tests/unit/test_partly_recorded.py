@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import divergence
+from divergence.record import hunt as hunt_module
+from divergence.record.config import RecordConfig
 from tests.conftest import run_cli
 
 
@@ -56,3 +60,26 @@ def test_a_divergence_before_the_stop_is_still_reported(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["first_divergence"]["step"] == 1
     assert any("recording stopped early" in note for note in data["notes"])
+
+
+def test_hunt_keeps_its_finding_when_the_zoom_recording_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hash-only runs diverge at step 1; both op-level re-recordings stop after step 0
+    and match: hunt reports the hash-only divergence and says why no zoom was made."""
+    made: list[str] = []
+
+    def record_by_api(command: list[str], config: RecordConfig, say: object) -> Path:
+        name = Path(config.output).name
+        made.append(name)
+        if config.zoom:
+            return _record(Path(config.output), stop_after=0)
+        return _record(Path(config.output), stop_after=None, planted_step=1 if made[1:] else None)
+
+    monkeypatch.setattr(hunt_module, "_record", record_by_api)
+    result = hunt_module.hunt([sys.executable, "-c", "pass"], tmp_path / "h", say=lambda _: None)
+    assert made == ["run1", "run2", "zoom1", "zoom2"]
+    assert result.zoom is None and result.reproduced is None
+    assert result.zoom_skipped.startswith("op-level recording stopped early: ")
+    report = result.report
+    assert report is not None and report.first is not None and report.first.step == 1
