@@ -68,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return int(ExitCode.TROUBLE)
     except click.ClickException as exc:
-        message = exc.format_message()
-        return trouble(argv, message, "UsageError", message, None, ExitCode.TROUBLE)
+        message, hint = exc.format_message(), usage_hint(exc)
+        line = f"{message} (hint: {hint})" if hint else message
+        return trouble(argv, line, "UsageError", message, hint, ExitCode.TROUBLE)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("diverge: interrupted", err=True)
         return int(ExitCode.INTERRUPTED)
@@ -83,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug of ours: exit 2 still (1 would read "diverged")
         return internal_error(argv, exc)
     return int(result or 0)
+
+
+def usage_hint(exc: click.ClickException) -> str | None:
+    """Where a command line click refused is explained: ``diverge compare --help``."""
+    ctx = getattr(exc, "ctx", None)
+    return f"{ctx.command_path} --help" if ctx is not None else None
 
 
 def internal_error(argv: list[str] | None, exc: Exception) -> int:

@@ -39,7 +39,12 @@ class StepRange:
                 found = cls(int(start) if start else 0, int(stop) if stop else None)
         except ValueError as exc:
             raise UsageError(f"bad step range {text!r}", hint="use START:STOP, e.g. 0:200") from exc
-        if found.start < 0 or (found.stop is not None and found.stop <= found.start):
+        if found.start < 0 or (found.stop is not None and found.stop < 0):
+            raise UsageError(
+                f"step range {text!r} counts back from the end, which a recording cannot know",
+                hint="steps count from 0: 0:200, 5:, 7",
+            )
+        if found.stop is not None and found.stop <= found.start:
             raise UsageError(
                 f"step range {text!r} holds no step",
                 hint="steps count from 0 and STOP is past the last one: 0:200, 5:, 7",

@@ -382,6 +382,8 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path: Path, record: Recorder) -> No
         assert result.returncode == 2 and document["schema"] == f"diverge.{command[0]}/1"
         assert document["status"] == "error" and document["error"]["type"] == error
         assert len(result.stderr.strip().splitlines()) == 1
+    missing = run_cli("compare", str(good))
+    assert missing.stderr.strip().endswith("(hint: diverge compare --help)")
     narrow = run_cli("compare", "--width", "5", str(good), str(good))
     assert narrow.returncode == 2 and "--width" in narrow.stderr and narrow.stdout == ""
     not_asked = [

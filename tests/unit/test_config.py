@@ -37,6 +37,12 @@ def test_step_range_parse_rejects_bad_text(text: str) -> None:
     assert info.value.exit_code == ExitCode.TROUBLE == 2
 
 
+@pytest.mark.parametrize("text", ["-3:", "-1", ":-2", "2:-1"])
+def test_a_step_range_from_the_end_is_said_to_be_unknowable(text: str) -> None:
+    with pytest.raises(UsageError, match="counts back from the end"):
+        StepRange.parse(text)
+
+
 def test_step_range_contains_is_half_open() -> None:
     r = StepRange.parse("2:5")
     assert [s for s in range(10) if r.contains(s)] == [2, 3, 4]
