@@ -10,6 +10,7 @@ import json
 
 import click
 
+from divergence.cli.options import width_option
 from divergence.errors import ExitCode, UsageError
 
 
@@ -20,12 +21,7 @@ from divergence.errors import ExitCode, UsageError
     "--json", "as_json", is_flag=True, help="Print the result as JSON (diverge.compare/1)."
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; only the exit status.")
-@click.option(
-    "--width",
-    type=click.IntRange(min=40),
-    default=None,
-    help="Report width, at least 40 (default: the terminal's).",
-)
+@width_option
 @click.option(
     "--ranks",
     default=None,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from divergence.cli.options import width_option
 from divergence.errors import ExitCode, UsageError
 
 
@@ -28,12 +29,7 @@ from divergence.errors import ExitCode, UsageError
 @click.option("--against", type=click.Path(), default=None, help="Compare with this reference run.")
 @click.option("--force", is_flag=True, help="Reuse an existing, non-empty output folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (diverge.hunt/1).")
-@click.option(
-    "--width",
-    type=click.IntRange(min=40),
-    default=None,
-    help="Report width, at least 40 (default: the terminal's).",
-)
+@width_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def hunt(
     output: str,

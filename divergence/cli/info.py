@@ -9,11 +9,14 @@ import json
 
 import click
 
+from divergence.cli.options import width_option
+
 
 @click.command(help=__doc__)
 @click.argument("run", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.info/1).")
-def info(run: str, as_json: bool) -> int:
+@width_option
+def info(run: str, as_json: bool, width: int | None) -> int:
     from divergence.errors import ExitCode
     from divergence.report.info import RunSummary, run_summary
 
@@ -23,5 +26,5 @@ def info(run: str, as_json: bool) -> int:
     else:
         from divergence.report.terminal import print_report
 
-        print_report(summary)
+        print_report(summary, width)
     return int(ExitCode.TROUBLE) if summary.unreadable else 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -183,9 +184,29 @@ class KeyValueTable:
         table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
         table.add_column(style="dim", overflow="fold", width=key_width)
         table.add_column(overflow="fold", width=value_width)
-        for key, value in self.rows:
-            table.add_row(Text(key), Text(value))  # (not markup: an argv may hold "[a]")
+        for key, value in self.rows:  # (Text, not markup: an argv may hold "[a]")
+            table.add_row(Text(fold_at_separators(key, key_width)), Text(value))
         yield table
+
+
+def fold_at_separators(key: str, width: int) -> str:
+    """``key`` in lines of at most ``width`` columns, broken after a dot or an underscore
+    where one falls in the line (rich would break a dotted name mid-word); a part longer than
+    a line is left to rich's folding.
+
+    >>> print(fold_at_separators("determinism.torch.are_deterministic_algorithms_enabled", 22))
+    determinism.torch.are_
+    deterministic_
+    algorithms_enabled
+    >>> fold_at_separators("env.OMP_NUM_THREADS", 22)
+    'env.OMP_NUM_THREADS'
+    """
+    lines = [""]
+    for part in re.findall(r"[^._]*[._]|[^._]+$", key):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
 
 
 def key_value_table(rows: Iterable[tuple[str, str]]) -> KeyValueTable:

@@ -37,6 +37,26 @@ def test_the_longest_metadata_key_stays_whole_at_100_columns() -> None:
     assert any(line.strip().startswith(f"{LONG_KEY}    False") for line in lines), lines
 
 
+def test_a_narrow_table_breaks_a_long_key_between_its_words() -> None:
+    lines = render(key_value_table(ROWS), 60)
+    keys = [line[:28].strip() for line in lines if line[:28].strip()]
+    start = keys.index("determinism.torch.are_")
+    assert keys[start : start + 3] == [
+        "determinism.torch.are_",
+        "deterministic_algorithms_",
+        "enabled",
+    ]
+
+
+def test_info_takes_a_width() -> None:
+    run = str(ROOT / "sample_runs" / "threads" / "a")
+    result = run_cli("info", "--width", "60", run)
+    assert result.returncode == 0 and max(len(line) for line in result.stdout.splitlines()) <= 60
+    keys = [line[:32].strip() for line in result.stdout.splitlines()]
+    assert "threads.torch.get_num_" in keys and "threads" in keys  # (26 columns of keys)
+    assert run_cli("info", "--width", "39", run).returncode == 2
+
+
 def test_a_suggested_command_longer_than_the_width_stays_one_line() -> None:
     command = "diverge show runs/hunt/zoom1 --against runs/hunt/zoom2 --step 12 --probe 'a/b/c'"
     # (in a Group, as in a report: print() would merge a bare Text into a new one)
