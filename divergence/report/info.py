@@ -63,6 +63,7 @@ class RunSummary:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "diverge.info/1",
+            "status": "damaged" if self.unreadable else "ok",  # (damaged: exit 2)
             "run": str(self.path),
             "processes": [{**p.__dict__, "path": str(p.path)} for p in self.processes],
             "unreadable": self.unreadable,

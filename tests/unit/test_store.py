@@ -648,3 +648,9 @@ def test_info_lists_a_damaged_rank_file_and_summarises_the_others(tmp_path: Path
     assert result.returncode == 2
     assert "2 processes (1 unreadable)" in text and "rank0.h5: 3 steps" in text
     assert "unreadable: rank1: " in text and "truncated" in text
+    as_json = run_cli("info", "--json", str(run))
+    document = json.loads(as_json.stdout)
+    assert as_json.returncode == 2 and document["status"] == "damaged"
+    assert [p["key"] for p in document["processes"]] == ["rank0"]
+    assert "rank1" in document["unreadable"][0]
+    assert json.loads(run_cli("info", "--json", str(run / "rank0.h5")).stdout)["status"] == "ok"
