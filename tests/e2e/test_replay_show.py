@@ -26,6 +26,10 @@ def test_replay_needs_dumps(record: Recorder) -> None:
     run = record("mlp.py", "--steps", "1", options=("--granularity", "op"))
     result = run_cli("replay", str(run), "--step", "0", "--op", ADDMM)
     assert result.returncode == 2 and "were not dumped" in result.stderr
+    module_level = record("mlp.py", "--steps", "1", options=("--dump",))
+    result = run_cli("replay", str(module_level), "--step", "0", "--op", "block.fc")
+    assert result.returncode == 2 and "holds no op-level records" in result.stderr
+    assert "--granularity op --dump --steps 0:1 -- COMMAND" in result.stderr
 
 
 def test_show_against_with_numeric_diff(record: Recorder) -> None:

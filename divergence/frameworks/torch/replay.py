@@ -173,6 +173,13 @@ def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[
             calls[-1][0].append(r)
         elif kinds[r] == Kind.OP_OUTPUT and r == (calls[-1][1] or calls[-1][0])[-1] + 1:
             calls[-1][1].append(r)  # outputs directly follow the inputs of their call
+    if not calls and not _has_op_records(file, step):
+        raise UsageError(
+            f"step {step} of {file.path} holds no op-level records (recorded at module level, "
+            "or the step was not recorded)",
+            hint=f"replay needs --granularity op --dump: diverge record --granularity op --dump "
+            f"--steps {step}:{step + 1} -- COMMAND, or diverge hunt, which does",
+        )
     if not calls:
         raise UsageError(
             f"no op call matching {pattern!r} with recorded inputs at step {step}",
@@ -191,6 +198,11 @@ def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[
             hint="record with --granularity op --dump (diverge hunt does)",
         )
     return inputs, outputs
+
+
+def _has_op_records(file: RunFile, step: int) -> bool:
+    records = file.records
+    return bool(np.any((records["step"] == step) & (records["kind"] == Kind.OP_INPUT)))
 
 
 def _input(file: RunFile, row: int, device: str, pattern: str) -> torch.Tensor:
