@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -433,7 +435,7 @@ def test_tensors_inside_torch_func_transforms_are_fingerprinted_as_the_tensor_th
     def f(row: torch.Tensor) -> torch.Tensor:
         result = fingerprint_tensor(row)  # a GradTrackingTensor around a BatchedTensor
         seen.append((result.value, result.shape))
-        assert to_host(row)[0].shape == (3, 4)
+        assert host(row)[0].shape == (3, 4)
         return (row * row).sum()
 
     torch.func.vmap(torch.func.grad(f))(x)
@@ -465,7 +467,7 @@ def test_a_tensor_subclass_with_its_own_dispatch_is_skipped_with_the_reason() ->
             == "_NoStorage: a tensor subclass with its own dispatch, not fingerprinted"
         )
         assert (result.dtype, result.shape) == ("float32", (2, 3))
-        assert to_host(wrapper) is None
+        assert host(wrapper) is None
 
 
 def test_a_tensor_inside_functionalize_is_skipped_not_read_stale() -> None:
@@ -475,7 +477,7 @@ def test_a_tensor_inside_functionalize_is_skipped_not_read_stale() -> None:
     def write_through_a_view(a: torch.Tensor) -> torch.Tensor:
         b = a.clone()
         b[0].add_(100.0)
-        seen.append((fingerprint_tensor(b), to_host(b)))
+        seen.append((fingerprint_tensor(b), host(b)))
         return b
 
     torch.func.functionalize(write_through_a_view)(torch.zeros(2, 2))
@@ -500,7 +502,7 @@ def test_smix64_torch_equals_numpy_reference(dtype: torch.dtype, n: int) -> None
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2])
 def test_smix64_torch_equals_numpy_on_bit_views(dtype: torch.dtype) -> None:
     t = torch.randn(7, generator=torch.Generator().manual_seed(3)).to(dtype)
-    bits, name = to_host(t)
+    bits, name = host(t)
     assert smix64_fingerprint_tensor(t) == smix64_fingerprint_array(bits, name)
     assert fp(t) == fingerprint_array(bits, name)
 
@@ -531,6 +533,11 @@ def test_device_word_sum_and_resolve_pending() -> None:
 # --------------------------------------------------------------------------- to_host
 
 
+def host(t: torch.Tensor) -> Any:
+    """``to_host`` as the recorder calls it: after the fingerprint."""
+    return to_host(t, fingerprint_tensor(t))
+
+
 @pytest.mark.parametrize(
     ("dtype", "np_dtype"),
     [
@@ -541,7 +548,7 @@ def test_device_word_sum_and_resolve_pending() -> None:
 )
 def test_to_host_bit_views_round_trip(dtype: torch.dtype, np_dtype: type) -> None:
     t = torch.randn(4, 5, generator=torch.Generator().manual_seed(0)).to(dtype)
-    arr, name = to_host(t)
+    arr, name = host(t)
     assert name == dtype_name(dtype)
     assert arr.dtype == np_dtype and arr.shape == (4, 5)
     back = torch.from_numpy(arr.view(f"i{arr.itemsize}").copy()).view(dtype)
@@ -550,17 +557,17 @@ def test_to_host_bit_views_round_trip(dtype: torch.dtype, np_dtype: type) -> Non
 
 def test_to_host_native_dtypes_and_copies() -> None:
     t = torch.arange(6, dtype=torch.float32).reshape(2, 3).t()
-    arr, name = to_host(t)
+    arr, name = host(t)
     assert name == "float32" and arr.shape == (3, 2)
     assert np.array_equal(arr, t.numpy())
     arr[0, 0] = 99.0
     assert t[0, 0] == 0.0  # a copy, not a view
-    b, bname = to_host(torch.tensor([True, False]))
+    b, bname = host(torch.tensor([True, False]))
     assert bname == "bool" and b.tolist() == [True, False]
     q = torch.quantize_per_tensor(torch.tensor([1.0, 2.0]), 0.5, 0, torch.quint8)
-    qa, qname = to_host(q)
+    qa, qname = host(q)
     assert qname == "quint8" and qa.tolist() == [2, 4]
-    s, _ = to_host(torch.tensor([[0.0, 1.0], [2.0, 0.0]]).to_sparse())
+    s, _ = host(torch.tensor([[0.0, 1.0], [2.0, 0.0]]).to_sparse())
     assert s.tolist() == [[0.0, 1.0], [2.0, 0.0]]
-    c, _ = to_host(torch.tensor([1 + 2j]).conj())
+    c, _ = host(torch.tensor([1 + 2j]).conj())
     assert c.tolist() == [1 - 2j]

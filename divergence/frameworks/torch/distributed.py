@@ -125,8 +125,9 @@ class DistributedProbes(Instrumentation):
         if not s.begin_event() or not s.wants(name):
             return
         for slot, t in enumerate(tensors):
-            dump = to_host(t) if s.wants_dump(name) else None
-            s.add(Phase.COMMUNICATION, kind, name, fingerprint_tensor(t), slot, dump=dump)
+            fingerprint = fingerprint_tensor(t)
+            dump = to_host(t, fingerprint) if s.wants_dump(name) else None
+            s.add(Phase.COMMUNICATION, kind, name, fingerprint, slot, dump=dump)
 
     def _next_name(self, op: str) -> str:
         count = self.calls.get(op, 0)

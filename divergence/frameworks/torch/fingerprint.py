@@ -365,10 +365,14 @@ def _fingerprint_sparse(t: torch.Tensor, name: str, shape: tuple[int, ...]) -> F
     return Fingerprint(value, name, shape, Algorithm.XXH3_64)
 
 
-def to_host(t: torch.Tensor) -> tuple[np.ndarray, str] | None:
+def to_host(t: torch.Tensor, fingerprint: Fingerprint) -> tuple[np.ndarray, str] | None:
     """A host copy for a dump, with the dtype name; types numpy lacks are stored as bit views.
-    None for a tensor subclass (copying it would run its own code: no dump)."""
+    None where the fingerprint was skipped (a meta or nested tensor, one without storage, a
+    capture: a copy would fail or run the user's code) and for a tensor subclass (copying it
+    would run its own code)."""
     name = dtype_name(t.dtype)
+    if fingerprint.skipped:
+        return None
     if type(t) not in PLAIN_TYPES and _dispatch_keys(t).has(_PYTHON_KEY):
         return None
     if not _functorch.is_functorch_wrapped_tensor(t):

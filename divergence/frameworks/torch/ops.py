@@ -312,7 +312,7 @@ class OpRecorder(OpZoom):
             s.add(phase, kind, name, skipped, slot)
             return skipped
         fingerprint = self.cache.get(t, cached)
-        s.add(phase, kind, name, fingerprint, slot, note, to_host(t) if dump else None)
+        s.add(phase, kind, name, fingerprint, slot, note, to_host(t, fingerprint) if dump else None)
         return fingerprint
 
 

@@ -342,8 +342,8 @@ class TorchRecorder(Instrumentation):
         note: str = "",
     ) -> Fingerprint:
         s = self.session
-        dump = to_host(t) if s.dumps and s.wants_dump(name) else None
         fingerprint = self.cache.get(t, cached)
+        dump = to_host(t, fingerprint) if s.dumps and s.wants_dump(name) else None
         s.add(phase, kind, name, fingerprint, slot, note, dump)
         return fingerprint
 
