@@ -2,46 +2,70 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from divergence.errors import RecordError
-from divergence.record.config import RecordConfig, StepRange
+from divergence.errors import RecordError, UsageError
+from divergence.record.config import GRANULARITIES, RecordConfig, StepRange
 from divergence.record.session import Session, activate, active, deactivate, describe_exception
 
 T = TypeVar("T")
 
 
 class Recorder:
-    """Record this process into the run directory ``output`` while the block runs.
+    """Record this process into the run directory ``output`` while the block runs, as
+    ``diverge record`` records a command; the options are ``record``'s:
 
-    An existing run there is never overwritten unless ``force=True`` (as ``record --force``).
+    - ``steps``: the steps recorded, ``"START:STOP"`` half-open from 0 (``"0:200"``, ``"5:"``)
+      or one step (``7`` or ``"7"``); all by default.
+    - ``include`` / ``exclude``: globs over record names (``"encoder.*"``, ``"torch.cpu"``
+      for a generator state), one string or several.
+    - ``dump``: store full tensors as well as fingerprints (all recorded steps), so compare
+      can show a numeric diff; ``dump_steps`` and ``dump_include`` narrow it and each turns
+      it on (as ``--dump-steps`` / ``--dump-include`` do).
+    - ``granularity``: ``"module"`` (default) or ``"op"`` (every aten op).
+    - ``force``: overwrite an existing run in ``output`` (as ``record --force``).
 
-    >>> # with divergence.Recorder("runs/a", steps="0:100", dump=False): train()
+    A step ends at each ``optimizer.step()``, or at :func:`step` in a loop without an
+    optimizer. Bad values raise :class:`divergence.errors.UsageError` here, before anything
+    is recorded.
+
+    >>> Recorder("runs/a", steps="0:100", include="encoder.*").config.include
+    ('encoder.*',)
+    >>> Recorder("runs/a", dump_steps="3").config.dump
+    True
     """
 
     def __init__(
         self,
         output: str | Path,
         *,
-        steps: str | None = None,
-        include: tuple[str, ...] = (),
-        exclude: tuple[str, ...] = (),
+        steps: str | int | None = None,
+        include: str | Iterable[str] = (),
+        exclude: str | Iterable[str] = (),
         dump: bool = False,
-        dump_steps: str | None = None,
-        dump_include: tuple[str, ...] = (),
+        dump_steps: str | int | None = None,
+        dump_include: str | Iterable[str] = (),
         granularity: str = "module",
         force: bool = False,
     ) -> None:
+        if not isinstance(dump, bool) or not isinstance(force, bool):
+            raise UsageError("dump and force take True or False", hint="Recorder(..., dump=True)")
+        if granularity not in GRANULARITIES:
+            raise UsageError(
+                f"granularity {granularity!r} is not one of {', '.join(GRANULARITIES)}",
+                hint='granularity="op" records every aten op',
+            )
         self.config = RecordConfig(
             output=str(output),
-            steps=StepRange.parse(steps),
-            include=tuple(include),
-            exclude=tuple(exclude),
-            dump=dump,
-            dump_steps=StepRange.parse(dump_steps),
-            dump_include=tuple(dump_include),
+            steps=_steps(steps, "steps"),
+            include=_globs(include, "include"),
+            exclude=_globs(exclude, "exclude"),
+            dump=dump or dump_steps is not None,
+            dump_steps=_steps(dump_steps, "dump_steps"),
+            dump_include=_globs(dump_include, "dump_include"),
             granularity=granularity,
         )
         self.force = force
@@ -74,12 +98,46 @@ class Recorder:
             self._detach()
 
 
+def _steps(value: str | int | None, option: str) -> StepRange:
+    """``"0:200"``, ``"5:"``, ``7`` or None as a :class:`StepRange`."""
+    if value is None or isinstance(value, str):
+        return StepRange.parse(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return StepRange.parse(str(value))
+    raise UsageError(
+        f"{option}={value!r}: a step range is a string or an int", hint=f'{option}="0:200"'
+    )
+
+
+def _globs(value: str | Iterable[str], option: str) -> tuple[str, ...]:
+    """One glob or several as a tuple (a lone string is one glob, not its characters)."""
+    globs = (value,) if isinstance(value, str) else value
+    try:
+        found = tuple(globs)
+    except TypeError:
+        found = (None,)  # type: ignore[assignment]
+    if not all(isinstance(g, str) for g in found):
+        raise UsageError(
+            f"{option}={value!r}: globs are strings", hint=f'{option}="block.*" or a list of them'
+        )
+    return found
+
+
 def probe(value: T, name: str) -> T:
-    """Fingerprint ``value`` (a tensor, array, or a pytree of them) under ``name``; returns it.
+    """Fingerprint ``value`` under ``name`` in the current step; returns ``value`` unchanged.
+
+    ``value`` is a tensor (torch or TensorFlow) or a list/tuple/dict/dataclass of tensors
+    (each a record of its own: slot 0, 1, ... in flattening order; anything else in it, None
+    or strings, is passed over), a numpy array or a Python number. A value holding none of
+    these records nothing. The phase is ``forward``, or ``backward`` when called during a
+    backward pass (from a tensor hook). Outside a recorder it does nothing, so a probed
+    script also runs unrecorded.
 
     >>> probe(3, "three")  # not recording: a no-op
     3
     """
+    if not isinstance(name, str):
+        raise TypeError(f"divergence.probe: name must be a str, not {type(name).__name__}")
     session = active()
     if session is not None and session.begin_event() and session.wants(name):
         for handler in session.probe_handlers:
@@ -89,7 +147,11 @@ def probe(value: T, name: str) -> T:
 
 
 def step() -> None:
-    """Mark the end of a training step, for loops without an optimizer."""
+    """Mark the end of a training step, for loops without an optimizer.
+
+    Once called, it is the step boundary for the rest of the run: optimizer steps no longer
+    end steps (a loop that calls both would otherwise count each twice). Outside a recorder it
+    does nothing."""
     session = active()
     if session is not None:
         session.explicit_step()

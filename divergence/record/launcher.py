@@ -67,6 +67,8 @@ def resolve_command(command: list[str]) -> list[str]:
 
 
 def prepare_output(path: Path, force: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise RecordError(f"{path}: a file, not a run directory", hint="record into a directory")
     if path.exists() and any(path.iterdir()):
         if not force:
             raise RecordError(f"{path}: already exists", hint="choose another -o or pass --force")
