@@ -84,6 +84,9 @@ class Recorder:
             )
         prepare_output(output, self.force)
         self.session = activate(Session(self.config, self.config.output))
+        # python's and numpy's states now: one never drawn from while recording is then known
+        # as such (an unseeded generator the run did not use is no cause)
+        self.session.note_host_generators()
         self._detach = attach(self.session)
         return self
 

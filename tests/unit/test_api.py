@@ -3,6 +3,7 @@ it refuses, and that it never raises into the training for a value it cannot rea
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 import divergence
 from divergence import Recorder
+from divergence.compare.engine import compare_runs
 from divergence.errors import RecordError, UsageError
 from divergence.record.config import StepRange
 from divergence.store.run import Run
@@ -79,3 +81,18 @@ def test_an_include_string_is_one_glob_not_its_characters(tmp_path: Path) -> Non
         divergence.step()
     names = [name for name, _ in records(tmp_path / "run")]
     assert "loss" in names and "l" not in names
+
+
+def test_an_unseeded_generator_the_run_never_drew_from_is_no_cause(tmp_path: Path) -> None:
+    """Python's generator in another state in each run (as unseeded in two processes) but
+    never drawn from while recording: said as such, and not the cause."""
+    for name, seed, planted in (("a", 1, 0.0), ("b", 2, 1.0)):
+        random.seed(seed)
+        with Recorder(tmp_path / name):
+            for step in range(3):
+                divergence.probe(torch.arange(3.0) + (planted if step == 1 else 0.0), "x")
+                divergence.step()
+    first = compare_runs(tmp_path / "a", tmp_path / "b").first
+    assert first is not None and (first.step, first.location) == (1, "x")
+    assert "python.random" in first.rng_undrawn and not first.rng_evidence
+    assert first.cause != "rng"
