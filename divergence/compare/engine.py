@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from divergence.compare.explain import WRITE_PHASES, explain_origin, written_when
+from divergence.compare.explain import WRITE_PHASES, explain_modes, explain_origin, written_when
 from divergence.compare.model import Comparison, Divergence, Probe, ProcessComparison, Propagation
 from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
@@ -385,6 +385,7 @@ def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     divergence = Divergence("value", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
     divergence.occurrence = _occurrence(a, row)
     explain_origin(divergence, a, row)
+    explain_modes(divergence, a, b, row)
     divergence.numeric = _numeric(a, b, row, pa)
     return divergence
 

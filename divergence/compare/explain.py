@@ -203,6 +203,32 @@ def _explain_evaluation_batch(divergence: Divergence) -> None:
         )
 
 
+def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> None:
+    """A model called in this step (before ``row``) in eval mode in one run and training in
+    the other: a missing ``model.train()`` after an evaluation. Its batch's bits match, so the
+    first difference is further on (a BatchNorm's output), where the mode is the cause."""
+    if divergence.facts.get("batch"):  # (the batch itself: said by its own explanation)
+        return
+    records = a.records
+    batches = (records["step"][:row] == divergence.step) & (records["kind"][:row] == Kind.BATCH)
+    for r in np.flatnonzero(batches):
+        eval_a, eval_b = (_in_eval_mode(run, int(r)) for run in (a, b))
+        if eval_a != eval_b:
+            which, other = ("A", "B") if eval_a else ("B", "A")
+            model = _code(a.strings[records["name"][r]])
+            divergence.facts["modes"] = "differ"
+            divergence.origin_text += (
+                f"; run {which}'s model ({model}) was in eval mode in this step where run "
+                f"{other}'s was training"
+            )
+            return
+
+
+def _in_eval_mode(run: RunFile, row: int) -> bool:
+    note = run.strings[run.records["note"][row]] if not run.records["status"][row] else ""
+    return note_parts(note)[1] in EVAL_NOTES
+
+
 def _explain_update_of_unseen_gradient(divergence: Divergence, param: str, tape_seen: bool) -> None:
     """An update inside ``tf.function`` whose gradient was edited after the tape returned it
     and not fingerprinted there (:data:`EDITED_IN_TRACE`); ``tape_seen``: the tape's own

@@ -50,6 +50,7 @@ LIST_FIELDS = (
     "filters",
     "regions",
     "inputs",
+    "modes",
 )
 COMPUTE_KINDS = (
     "output",
@@ -95,6 +96,7 @@ class Cause:
     filters: tuple[str, ...] = ()  # "globs": recorded with --include/--exclude
     regions: tuple[str, ...] = ()  # "one_run": a torch.compile region only one run entered
     inputs: tuple[str, ...] = ()  # "unmade": an op input no recorded op made differs
+    modes: tuple[str, ...] = ()  # "differ": a model in eval mode in one run, training in the other
     holds_for: str = ""
 
     def applies(
@@ -130,6 +132,7 @@ class Cause:
             and _holds(self.filters, facts.get("filters", ""))
             and _holds(self.regions, facts.get("region", ""))
             and _holds(self.inputs, facts.get("input", ""))
+            and _holds(self.modes, facts.get("modes", ""))
         )
 
 

@@ -279,6 +279,17 @@ def test_an_evaluation_batch_is_named_as_one(record: Recorder) -> None:
     assert notes == ["the model was in eval mode (model.eval())", ""]  # step 0's evaluation
 
 
+def test_a_model_left_in_eval_mode_in_one_run_is_named(record: Recorder) -> None:
+    """Run B never calls model.train() after step 1's evaluation: its Dropout passes step 2's
+    batch through unchanged. The batch matches; the Dropout is the origin, and the cause is
+    the mode, not a kernel."""
+    a = record("eval_pass.py", tag="a")
+    first = first_difference(a, record("eval_pass.py", env={"TRAIN_FORGOTTEN_AFTER": "1"}))
+    assert place(first) == (2, "forward", "output", "2") and first["origin"] is True
+    assert "run B's model (`Sequential`) was in eval mode in this step" in first["origin_text"]
+    assert first["cause"] == "configuration" and "model.train()" in first["cause_text"]
+
+
 def test_a_loader_generator_seeded_otherwise_shows_among_the_seeds(record: Recorder) -> None:
     """``DataLoader(generator=torch.Generator().manual_seed(s))`` with another ``s``: no
     seeding call differs, the epoch's base seed the loader drew does."""
