@@ -75,3 +75,13 @@ def test_a_gradient_that_reads_as_noise_is_not_put_down_to_zero_grad() -> None:
     facts = {**TORCH, "generators": "matched", "reading": "reduction-order noise"}
     found = match_cause("value", "param_grad", "fc.weight", [], "backward", facts=facts)
     assert found is not None and found.cause == "compute"
+
+
+def test_an_argument_that_seeds_or_resumes_is_named_as_such() -> None:
+    """A seed or a resume passed on the command line: argv differs too, but the seed calls
+    (or the restored states) are the specific cause."""
+    for env, cause in ((["argv", "seeds"], "seeds"), (["argv", "rng_restores"], "rng")):
+        found = match_cause("value", "output", "fc", env, "forward", facts=TORCH)
+        assert found is not None and found.cause == cause, env
+    found = match_cause("value", "output", "fc", ["argv"], "forward", facts=TORCH)
+    assert found is not None and "different arguments" in found.summary
