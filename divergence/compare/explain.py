@@ -737,7 +737,7 @@ def _only_the_layout_differs(divergence: Divergence) -> bool:
 def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[str, str]:
     """(cause class, explanation with evidence and fix) from the knowledge base, or say that
     nothing matched."""
-    keys = [e.key for e in environment]
+    keys = _effective([e.key for e in environment], divergence.facts.get("framework", ""))
     keys += [f"rng.{evidence.split(' ')[0]}" for evidence in divergence.rng_evidence]
     seeded_alike = not any(key in CALL_LISTS or key.startswith("rng.") for key in keys)
     divergence.facts["generators"] = "matched" if seeded_alike else "differed"
@@ -764,6 +764,25 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     for hint in matching_hints(*conditions, facts=divergence.facts):
         text += f". Also: {hint}"
     return cause.cause, text
+
+
+THREAD_VARIABLES = ("env.OMP_NUM_THREADS", "env.MKL_NUM_THREADS", "env.OPENBLAS_NUM_THREADS")
+
+
+def _effective(keys: list[str], framework: str) -> list[str]:
+    """The differing metadata keys that can be a cause. torch records the thread count it
+    computed with: where those matched, a thread variable that differs changed nothing (the
+    script's ``torch.set_num_threads`` overrode it; torchrun sets ``OMP_NUM_THREADS=1`` for
+    several ranks only). It stays in the environment table.
+
+    >>> _effective(["env.OMP_NUM_THREADS", "argv"], "torch")
+    ['argv']
+    >>> _effective(["env.OMP_NUM_THREADS", "threads.torch.get_num_threads"], "torch")
+    ['env.OMP_NUM_THREADS', 'threads.torch.get_num_threads']
+    """
+    if framework != "torch" or any(key.startswith("threads.") for key in keys):
+        return keys
+    return [key for key in keys if key not in THREAD_VARIABLES]
 
 
 def _env_phrase(e: EnvDifference) -> str:

@@ -85,3 +85,24 @@ def test_an_argument_that_seeds_or_resumes_is_named_as_such() -> None:
         assert found is not None and found.cause == cause, env
     found = match_cause("value", "output", "fc", ["argv"], "forward", facts=TORCH)
     assert found is not None and "different arguments" in found.summary
+
+
+def test_another_world_size_is_named_before_the_thread_variable_torchrun_set() -> None:
+    env = ["env.OMP_NUM_THREADS", "distributed.world_size", "threads.torch.get_num_threads"]
+    found = match_cause("value", "output", "fc", env, "forward", facts=TORCH)
+    assert found is not None and "world size differs" in found.summary
+
+
+def test_a_thread_variable_torch_overrode_is_no_cause() -> None:
+    """OMP_NUM_THREADS 1 vs unset while torch computed with the same thread count (the
+    script called torch.set_num_threads): not the thread cause; when the counts differ, it is."""
+    from divergence.compare.explain import classify
+    from divergence.compare.model import Divergence, EnvDifference
+
+    variable = EnvDifference("env.OMP_NUM_THREADS", "1", None)
+    counts = EnvDifference("threads.torch.get_num_threads", 1, 2)
+    for environment, cause in (([variable], "compute"), ([variable, counts], "environment")):
+        divergence = Divergence("value", "p0", 1, "forward", "output", "fc", 0)
+        divergence.origin = True
+        divergence.facts = {"framework": "torch", "device": "cpu", "layout": "same"}
+        assert classify(divergence, environment)[0] == cause, environment
