@@ -106,3 +106,25 @@ def test_a_thread_variable_torch_overrode_is_no_cause() -> None:
         divergence.origin = True
         divergence.facts = {"framework": "torch", "device": "cpu", "layout": "same"}
         assert classify(divergence, environment)[0] == cause, environment
+
+
+def test_a_loader_generator_seeded_otherwise_is_named_as_the_loader_s() -> None:
+    facts = {**TORCH, "loader_seed": "seeded"}
+    found = match_cause("value", "batch", "dataloader", ["seeds"], "data", facts=facts)
+    assert found is not None and "DataLoader(generator=torch.Generator().manual_seed" in found.fix
+    found = match_cause("value", "output", "fc", ["seeds"], "forward", facts=facts)
+    assert found is not None and "DataLoader" not in found.fix
+
+
+def test_a_switched_off_onednn_is_named() -> None:
+    env = ["determinism.mkldnn.enabled"]
+    found = match_cause("value", "output", "conv", env, "forward", facts=TORCH)
+    assert found is not None and "torch.backends.mkldnn.enabled" in found.fix
+
+
+def test_weights_drawn_from_numpy_get_numpy_s_seed() -> None:
+    for generator, words in (("numpy.random", "np.random.seed"), ("torch.cpu", "torch.manual")):
+        env = [f"rng.{generator}"]
+        found = match_cause("value", "param", "fc.weight", env, "init", facts=TORCH)
+        assert found is not None and found.cause == "initialisation"
+        assert words in found.fix and (generator == "numpy.random") == ("numpy" in found.fix)
