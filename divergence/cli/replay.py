@@ -33,7 +33,10 @@ from divergence.errors import ExitCode, UsageError
 )
 @click.option("--device", default="cpu", show_default=True, help="Device to run it on.")
 @click.option(
-    "--threads", type=click.IntRange(min=1), default=None, help="torch.set_num_threads first."
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="torch.set_num_threads first (default: the recording's thread count).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.replay/1).")
 def replay(
@@ -51,9 +54,7 @@ def replay(
     from divergence.frameworks.torch.replay import replay as run_replay
 
     _check_device(torch, device)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    result = run_replay(run, step, pattern, times, device, call)
+    result = run_replay(run, step, pattern, times, device, call, threads)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

@@ -22,6 +22,19 @@ def test_replay_of_a_stable_op(record: Recorder) -> None:
     assert text.startswith("STABLE: 2 executions gave identical outputs on cpu")
 
 
+def test_replay_uses_the_recording_s_thread_count(record: Recorder) -> None:
+    """Recorded with 1 thread, replayed by default with 1 (a CPU matmul sums otherwise with
+    another count), or with --threads."""
+    run = record("mlp.py", "--steps", "1", options=DUMPED, env={"OMP_NUM_THREADS": "1"})
+    env = {"OMP_NUM_THREADS": "2"}  # (the replaying process's own default)
+    for options, threads in (((), 1), (("--threads", "3"), 3)):
+        result = run_cli(
+            "replay", str(run), "--step", "0", "--op", ADDMM, "--json", *options, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["threads"] == threads
+
+
 def test_replay_needs_dumps(record: Recorder) -> None:
     run = record("mlp.py", "--steps", "1", options=("--granularity", "op"))
     result = run_cli("replay", str(run), "--step", "0", "--op", ADDMM)

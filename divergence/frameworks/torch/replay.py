@@ -114,10 +114,22 @@ class Replay:
 
 
 def replay(
-    run: str | Path, step: int, pattern: str, times: int = 5, device: str = "cpu", call: int = 0
+    run: str | Path,
+    step: int,
+    pattern: str,
+    times: int = 5,
+    device: str = "cpu",
+    call: int = 0,
+    threads: int | None = None,
 ) -> Replay:
+    """Run the op ``times`` times on its dumped inputs. ``threads``: torch's thread count
+    for it; by default the recording's (a CPU op sums in another order with another count,
+    which would read as "not equal to the recorded output")."""
     file = _single(run)
     inputs, outputs = _call_rows(file, step, pattern, call)
+    threads = threads or recorded_threads(file.meta)
+    if threads:
+        torch.set_num_threads(threads)
     notes = (file.strings[file.records["note"][row]] for row in (*inputs, *outputs))
     note = next((n for n in notes if n.startswith("{")), "")
     if not note:
@@ -198,6 +210,17 @@ def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[
             hint="record with --granularity op --dump (diverge hunt does)",
         )
     return inputs, outputs
+
+
+def recorded_threads(meta: dict[str, Any]) -> int | None:
+    """The thread count torch computed with in the recording, if it was recorded.
+
+    >>> recorded_threads({"threads": {"torch.get_num_threads": 1}}), recorded_threads({})
+    (1, None)
+    """
+    threads = meta.get("threads")
+    count = threads.get("torch.get_num_threads") if isinstance(threads, dict) else None
+    return count if isinstance(count, int) and count > 0 else None
 
 
 def _has_op_records(file: RunFile, step: int) -> bool:
