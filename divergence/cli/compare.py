@@ -20,7 +20,12 @@ from divergence.errors import ExitCode, UsageError
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the result as JSON (diverge.compare/1)."
 )
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing; only the exit status.")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print no report; only the exit status (trouble still gets its one line on stderr).",
+)
 @width_option
 @click.option(
     "--ranks",

@@ -120,13 +120,17 @@ def section(title: str) -> Text:
     return Text(f"\n{title}", style="bold")
 
 
+SETTING_WIDTH = 40  # the environment table's first column at most
+
+
 def environment_table(c: Comparison) -> Table:
     table = Table(box=None, padding=(0, 2), show_edge=False, header_style="dim")
-    table.add_column("setting", overflow="fold", max_width=40)
+    table.add_column("setting", overflow="fold", max_width=SETTING_WIDTH)
     table.add_column("run A", overflow="fold", max_width=26)
     table.add_column("run B", overflow="fold", max_width=26)
-    for e in c.environment[:20]:
-        table.add_row(e.key, display_value(e.a), display_value(e.b))
+    for e in c.environment[:20]:  # (Text, not markup: a value may hold "[a]")
+        values = (Text(display_value(e.a)), Text(display_value(e.b)))
+        table.add_row(Text(fold_at_separators(e.key, SETTING_WIDTH)), *values)
     if len(c.environment) > 20:
         table.add_row(f"... {len(c.environment) - 20} more (see --json)", "", "")
     return table
