@@ -33,10 +33,17 @@ class Probe:
     @property
     def label(self) -> str:
         """``output 1 of Net``; ``output 1 (logits) of Net`` when the output is a dict or a
-        record and the recorder noted the key."""
+        record and the recorder noted the key; ``loss`` for the loss named ``loss``.
+
+        >>> Probe(0, 0, "forward", "output", "Net", 1, "float32", (2,), 0).label
+        'output 1 of Net'
+        >>> Probe(0, 0, "backward", "loss", "loss", 0, "float32", (), 0).label
+        'loss'
+        """
         key = note_parts(self.note)[0]
         what = f"{self.kind.replace('_', ' ')}{f' {self.slot}' if self.slot else ''}"
-        return f"{what}{f' ({key})' if key else ''}{f' of {self.name}' if self.name else ''}"
+        named = self.name and self.name != self.kind  # (not "loss of loss")
+        return f"{what}{f' ({key})' if key else ''}{f' of {self.name}' if named else ''}"
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: the fingerprint as 16 hex digits, the shape as a list."""

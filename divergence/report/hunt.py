@@ -53,10 +53,11 @@ def verdict(h: Hunt) -> str:
     report = h.report
     d = report.first if report is not None else None
     assert d is not None
-    where = f"{d.kind.replace('_', ' ')} {d.slot} of {d.location}"
-    if d.facts.get("op"):
+    where = d.a.label if d.a is not None else f"{d.kind.replace('_', ' ')} of {d.location}"
+    if d.facts.get("op"):  # (slot 0 unsaid, as in compare's probe labels)
         module = d.facts.get("module") or "no module"
-        where = f"`{d.facts['op']}` {d.kind.removeprefix('op_')} {d.slot} in `{module}`"
+        slot = f" {d.slot}" if d.slot else ""
+        where = f"`{d.facts['op']}` {d.kind.removeprefix('op_')}{slot} in `{module}`"
     origin = ORIGIN_TAGS[d.origin]
     return f"DIVERGED at step {d.step}, {d.phase}: {where} [{origin}]; cause: {d.cause}"
 

@@ -187,7 +187,7 @@ def test_local_divergence_on_rank1_is_followed_by_rank0(runs: dict[str, Path]) -
     assert follow["origin"] is False and "rank1 diverged first" in follow["origin_text"]
     assert report["ranks"] == {"followed": ["rank0"], "diverged first": ["rank1"]}
     text = run_cli("compare", "--width", "100", str(runs["a"]), str(runs["flip"])).stdout
-    assert "  diverged first: rank1 (step 2, backward: loss of loss)" in text
+    assert "  diverged first: rank1 (step 2, backward: loss)" in text
     assert "  followed: rank0 (step 2, communication: collective out of ddp.bucket0" in text
 
 
