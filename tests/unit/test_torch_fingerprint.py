@@ -571,3 +571,30 @@ def test_to_host_native_dtypes_and_copies() -> None:
     assert s.tolist() == [[0.0, 1.0], [2.0, 0.0]]
     c, _ = host(torch.tensor([1 + 2j]).conj())
     assert c.tolist() == [1 - 2j]
+
+
+def test_sparse_and_quantized_fingerprints_follow_format_md() -> None:
+    """The recipes docs/FORMAT.md gives for the header's ``extra``, computed by hand."""
+
+    def digest(text: str) -> int:
+        return xxhash.xxh3_64_intdigest(text.encode())
+
+    dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    coo = dense.to_sparse()
+    parts = [fingerprint_tensor(coo._indices()).value, fingerprint_tensor(coo._values()).value]
+    header = digest(f"float32|2,2|torch.sparse_coo:{parts[0]},{parts[1]}")
+    assert fingerprint_tensor(coo).value == xxhash.xxh3_64_intdigest(b"", seed=header)
+    q = torch.quantize_per_tensor(dense, 0.1, 3, torch.qint8)
+    header = digest(f"qint8|2,2|q:{q.q_scale()!r}:3")
+    data = q.int_repr().numpy().tobytes()
+    assert fingerprint_tensor(q).value == xxhash.xxh3_64_intdigest(data, seed=header)
+
+
+def test_settings_fingerprints_follow_format_md() -> None:
+    from divergence.record.hyperparameters import GroupSettings
+
+    fingerprint, text = GroupSettings()({"params": [], "lr": 0.5, "nesterov": False})
+    assert text == "lr=0.5; nesterov=False"
+    seed = xxhash.xxh3_64_intdigest(b"settings|")
+    bits = np.array([0.5], dtype="<f8").tobytes()
+    assert fingerprint.value == xxhash.xxh3_64_intdigest(text.encode() + bits, seed=seed)
