@@ -17,6 +17,7 @@ from divergence.compare.engine import compare_runs
 from divergence.errors import RecordError, UsageError
 from divergence.record.config import StepRange
 from divergence.store.run import Run
+from divergence.store.schema import Kind, Phase
 
 
 def records(run: Path) -> list[tuple[str, str]]:
@@ -106,3 +107,24 @@ def test_an_unseeded_generator_the_run_never_drew_from_is_no_cause(tmp_path: Pat
     assert first is not None and (first.step, first.location) == (1, "x")
     assert "python.random" in first.rng_undrawn and not first.rng_evidence
     assert first.cause == "compute"
+
+
+def test_two_optimizers_after_one_clip_make_one_step(tmp_path: Path) -> None:
+    """clip_grad_norm_ over both optimizers' parameters, then o1.step(); o2.step(): o2's
+    clipped gradients belong to the step o1 closed (they opened a step of their own)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    first = torch.optim.SGD(net[0].parameters(), lr=0.1)
+    second = torch.optim.SGD(net[1].parameters(), lr=0.1)
+    with Recorder(tmp_path / "run"):
+        for _ in range(3):
+            net(torch.ones(8, 4)).pow(2).mean().backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.01)
+            first.step()
+            second.step()
+    (process,) = Run.open(tmp_path / "run").processes
+    file = process.load()
+    assert file.steps_complete == 3
+    rows = file.records[(file.records["step"] == 1) & (file.records["phase"] == Phase.OPTIMIZER)]
+    clipped = {file.strings[r["name"]] for r in rows if r["kind"] == Kind.PARAM_GRAD}
+    assert clipped == {"0.weight", "0.bias", "1.weight", "1.bias"}

@@ -462,15 +462,20 @@ class TorchRecorder(Instrumentation):
         if optimizer not in self.optimizers_seen:
             self.optimizers_seen.add(optimizer)
             self._add_state_held(optimizer, stepped)
-        for name, param in stepped:  # (an event of the step this update belongs to: LBFGS
-            # reads the gradients of the closure it calls, not these, left by the last step)
+        # The gradients the update reads, where not recorded: an event of the step this
+        # update belongs to. A second optimizer's (clipped with the first's) continue the step
+        # the first closed; the same optimizer stepping again opens the next (LBFGS reads the
+        # gradients of the closure it calls, not these, left by the last step).
+        again = id(optimizer) in self.stepped_this_step
+        begin = s.begin_event if again else s.begin_optimizer_event
+        for name, param in stepped:
             grad = param.grad
             if grad is not None and self.params.grad_changed(param) and s.wants(name):
                 value = self.cache.get(grad).value  # (the record below reuses it)
                 if self.params.grad_unchanged_in_place(param, value):
                     self.params.grad_recorded(param, value)  # (clip_grad_norm_ by 1.0)
                     continue
-                if not s.begin_event():
+                if not begin():
                     continue
                 self._add(Phase.OPTIMIZER, Kind.PARAM_GRAD, name, grad)
                 self.params.grad_recorded(param, value)
