@@ -27,4 +27,4 @@ def info(run: str, as_json: bool, width: int | None) -> int:
         from divergence.report.terminal import print_report
 
         print_report(summary, width)
-    return int(ExitCode.TROUBLE) if summary.unreadable else 0
+    return int(ExitCode.TROUBLE) if summary.damaged else 0

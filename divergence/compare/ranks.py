@@ -141,20 +141,20 @@ def world_size(run: Run) -> int | None:
 
 def pair_ranks(run_a: Run, run_b: Run, ranks: Sequence[int] | None) -> list[Pair]:
     """Pairs by rank; a rank file missing in one run pairs with None. Different world sizes are
-    refused unless ``ranks`` picks the ranks to compare."""
+    refused unless ``ranks`` picks the ranks to compare; there a run of a single process
+    without a rank (not distributed) stands for rank 0.
+
+    >>> # pair_ranks(Run.open("single"), Run.open("torchrun2"), [0]) -> [("rank0", p, rank0)]
+    """
     ranked = any(p.rank is not None for p in run_a.processes + run_b.processes)
     if not ranked:
         if ranks is not None:
             raise UsageError("--ranks needs runs recorded with ranks (torchrun, spawn with DDP)")
         return list(pair_processes(run_a, run_b))
     size_a, size_b = world_size(run_a), world_size(run_b)
-    if ranks is None and size_a != size_b:
-        raise IncomparableRunsError(
-            f"{run_a.path} ran with world size {size_a} but {run_b.path} with {size_b}: "
-            "reductions and data shards differ by construction",
-            hint="compare runs with the same number of ranks, or pick ranks with --ranks 0,1",
-        )
-    a, b = run_a.by_key(), run_b.by_key()
+    if ranks is None and (size_a != size_b or not (_has_ranks(run_a) and _has_ranks(run_b))):
+        raise _different_sizes(run_a, size_a, run_b, size_b)
+    a, b = _by_rank(run_a, ranks), _by_rank(run_b, ranks)
     keys = set(a) | set(b) | {f"rank{r}" for r in range(max(size_a or 0, size_b or 0))}
     if ranks is not None:
         wanted = {f"rank{r}" for r in ranks}
@@ -163,6 +163,63 @@ def pair_ranks(run_a: Run, run_b: Run, ranks: Sequence[int] | None) -> list[Pair
             raise UsageError(f"no {', '.join(unknown)} in {run_a.path} or {run_b.path}")
         keys = {k for k in keys if k in wanted or k.split("-")[0] in wanted}
     return [(k, a.get(k), b.get(k)) for k in sorted(keys, key=_rank_order)]
+
+
+def _has_ranks(run: Run) -> bool:
+    return any(p.rank is not None for p in run.processes)
+
+
+def _ran(run: Run, size: int | None) -> str:
+    """How a run was launched, for a refusal: ``with world size 2``, ``as a single process``.
+
+    >>> # _ran(Run.open("runs/single"), None) -> 'as a single process'
+    """
+    if size is not None and _has_ranks(run):
+        return f"with world size {size}"
+    if not _has_ranks(run):
+        n = len(run.processes)
+        return "as a single process" if n == 1 else f"as {n} processes without ranks"
+    return "with an unknown world size"
+
+
+def _different_sizes(
+    run_a: Run, size_a: int | None, run_b: Run, size_b: int | None
+) -> IncomparableRunsError:
+    """The refusal of runs launched with other numbers of ranks (or one without ranks)."""
+    unranked = [len(r.processes) for r in (run_a, run_b) if not _has_ranks(r)]
+    hint = "compare runs with the same number of ranks, or pick ranks with --ranks 0,1"
+    if unranked:  # (what _by_rank accepts)
+        hint = (
+            "compare the single process with rank 0: --ranks 0"
+            if unranked == [1]
+            else "compare it with a run launched the same way"
+        )
+    ran_b = f"with {size_b}" if None not in (size_a, size_b) else _ran(run_b, size_b)
+    return IncomparableRunsError(
+        f"{run_a.path} ran {_ran(run_a, size_a)} but {run_b.path} {ran_b}: "
+        "reductions and data shards differ by construction",
+        hint=hint,
+    )
+
+
+def _by_rank(run: Run, ranks: Sequence[int] | None) -> dict[str, Process]:
+    """The run's processes by key; a run of one process without a rank (not distributed) is
+    rank 0 where ``--ranks 0`` picks it. Several processes without ranks pair with no rank:
+    which one would be rank 0 is a guess."""
+    if _has_ranks(run):
+        return run.by_key()
+    if len(run.processes) > 1:
+        raise UsageError(
+            f"{run.path} recorded {len(run.processes)} processes without ranks: they do not "
+            "pair with ranks",
+            hint="compare it with a run launched the same way",
+        )
+    if ranks is not None and set(ranks) != {0}:
+        raise UsageError(
+            f"{run.path} is not distributed (a single process): it pairs with rank 0 only",
+            hint="--ranks 0",
+        )
+    return {"rank0": run.processes[0]}
 
 
 def _rank_order(key: str) -> tuple[int, str]:
@@ -320,7 +377,8 @@ def _role(
     d = p.first
     if d is None:
         return (IDENTICAL, "") if p.complete_a and p.complete_b else (INCOMPLETE, _ended(p))
-    where = f"step {d.step}, {d.phase}: {d.kind.replace('_', ' ')} of {d.location}"
+    label = d.a.label if d.a is not None else f"{d.kind.replace('_', ' ')} of {d.location}"
+    where = f"step {d.step}, {d.phase}: {label}"
     if d.reason == "length":
         return INCOMPLETE, _ended(p) or d.origin_text
     if not _received(d):

@@ -309,13 +309,24 @@ class Session:
 
     # --- files ----------------------------------------------------------------------------
     def _file_path(self) -> Path:
+        """``rank<R>.h5`` named by the process group's rank, else by a launcher's ``RANK``;
+        ``pid<P>.h5`` without a rank (compare pairs those by multiprocessing's creation order).
+
+        A multiprocessing child without a process group inherited ``RANK`` from its parent,
+        as every sibling did (a ``RANK=0`` exported in the shell, then ``mp.spawn``): it is
+        ``rank<R>-pid<P>.h5``, never the bare name its siblings would race for; a rank that
+        several files claim names none of them when the run is read (``store/run.py``).
+
+        >>> # torchrun or init_process_group(rank=1): rank1.h5; RANK=0 + mp.spawn: rank0-pid7.h5
+        """
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        # RANK from a launcher (torchrun), else the rank the process group was given (spawn)
-        rank, pid = os.environ.get("RANK", self.rank), os.getpid()
+        pid = os.getpid()
+        rank = self.rank if self.rank is not None else os.environ.get("RANK")
         if rank is None:
             return self.run_dir / f"pid{pid}.h5"
+        inherited = self.rank is None and multiprocessing.process.parent_process() is not None
         path = self.run_dir / f"rank{rank}.h5"
-        return self.run_dir / f"rank{rank}-pid{pid}.h5" if path.exists() else path
+        return self.run_dir / f"rank{rank}-pid{pid}.h5" if inherited or path.exists() else path
 
     def _metadata(self) -> dict[str, Any]:
         meta = process_metadata(self._start_time)

@@ -15,6 +15,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from divergence.compare.environment import flatten
+from divergence.compare.ranks import world_size
 from divergence.errors import CorruptRunError
 from divergence.report.terminal import key_value_table
 from divergence.store.run import Run
@@ -59,19 +60,27 @@ class RunSummary:
     path: Path
     processes: list[ProcessSummary]
     unreadable: list[str] = field(default_factory=list)  # a multi-process run's damaged files
+    # the ranks below the world size without a file: "rank1: no file (world size 2)"
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def damaged(self) -> bool:
+        """A file unreadable or a rank missing: ``info`` exits 2."""
+        return bool(self.unreadable or self.missing)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "diverge.info/1",
-            "status": "damaged" if self.unreadable else "ok",  # (damaged: exit 2)
+            "status": "damaged" if self.damaged else "ok",  # (damaged: exit 2)
             "run": str(self.path),
             "processes": [{**p.__dict__, "path": str(p.path)} for p in self.processes],
             "unreadable": self.unreadable,
+            "missing": self.missing,
         }
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        files = len(self.processes) + len(self.unreadable)
-        damaged = f" ({len(self.unreadable)} unreadable)" if self.unreadable else ""
+        files = len(self.processes) + len(self.unreadable) + len(self.missing)
+        damaged = _damage(len(self.unreadable), len(self.missing))
         yield Text(f"{self.path}: {counted(files, 'process', 'processes')}{damaged}", style="bold")
         for p in self.processes:
             state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
@@ -90,8 +99,19 @@ class RunSummary:
             rows += [(key, str(flat[key])) for key in SHOWN_META if key in flat]
             rows += [(key, str(value)) for key, value in flat.items() if key.startswith("env.")]
             yield key_value_table(rows)
-        for line in self.unreadable:
-            yield Text(f"\nunreadable: {line}", style="bold red")
+        for what, lines in (("unreadable", self.unreadable), ("missing", self.missing)):
+            for line in lines:
+                yield Text(f"\n{what}: {line}", style="bold red")
+
+
+def _damage(unreadable: int, missing: int) -> str:
+    """`` (1 unreadable, 1 missing)`` after the process count, or nothing.
+
+    >>> _damage(0, 1)
+    ' (1 missing)'
+    """
+    parts = [f"{n} {what}" for n, what in ((unreadable, "unreadable"), (missing, "missing")) if n]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _ending(p: ProcessSummary) -> str:
@@ -146,4 +166,14 @@ def run_summary(path: str | Path) -> RunSummary:
                 ended_inside_step=f.ended_inside_step,
             )
         )
-    return RunSummary(Path(path), processes, unreadable)
+    return RunSummary(Path(path), processes, unreadable, _missing_ranks(run))
+
+
+def _missing_ranks(run: Run) -> list[str]:
+    """The ranks below the recorded world size that have no file (a rank killed before its
+    first step, or a file deleted): ``["rank1: no file (world size 2)"]``."""
+    size = world_size(run)
+    if size is None:
+        return []
+    present = {p.rank for p in run.processes if p.rank is not None}
+    return [f"rank{r}: no file (world size {size})" for r in range(size) if r not in present]

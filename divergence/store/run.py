@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,18 +64,90 @@ class Run:
 def _pair_keys(files: list[Path]) -> list[Process]:
     """Rank files pair by rank; other processes by the order multiprocessing created them in
     (``mp.spawn``'s children start together: their start times race), then by start time (pid
-    order as a proxy would be wrong: pids wrap)."""
-    ranked, others = [], []
-    for file in files:
-        match = RANK_FILE.match(file.name)
-        if match:
-            key = f"rank{match.group(1)}" if "-pid" not in file.name else file.stem
-            ranked.append(Process(key, int(match.group(1)), file))
-        else:
-            others.append(file)
-    ranked.sort(key=lambda p: (p.rank, p.path.name))
-    others.sort(key=lambda f: (*_start_order(f), f.name))
+    order as a proxy would be wrong: pids wrap). A rank that several files claim names none of
+    them (see :func:`_claimed_ranks`): they pair as processes without a rank.
+
+    >>> [p.key for p in _pair_keys([Path("rank1.h5"), Path("rank0.h5"), Path("pid9.h5")])]
+    ['rank0', 'rank1', 'process0']
+    """
+    ranks = _claimed_ranks(files)
+    ranked = sorted(
+        (Process(f"rank{rank}", rank, file) for file, rank in ranks.items() if rank is not None),
+        key=lambda p: (p.rank, p.path.name),
+    )
+    others = sorted((f for f, rank in ranks.items() if rank is None), key=_process_order)
     return ranked + [Process(f"process{i}", None, f) for i, f in enumerate(others)]
+
+
+def _claimed_ranks(files: list[Path]) -> dict[Path, int | None]:
+    """Each file's rank: the one in its name (``rank<R>.h5``, ``rank<R>-pid<P>.h5``); where
+    several files carry one rank, the one each process's metadata gives as its own (see
+    :func:`_settle`); a rank still claimed twice is no rank: processes that inherited one
+    exported ``RANK`` (``RANK=0`` then ``mp.spawn``) would otherwise pair by pid, which
+    differs from run to run.
+
+    >>> _claimed_ranks([Path("rank0.h5"), Path("rank1-pid7.h5"), Path("pid8.h5")])
+    {PosixPath('rank0.h5'): 0, PosixPath('rank1-pid7.h5'): 1, PosixPath('pid8.h5'): None}
+    """
+    named = {f: int(m.group(1)) if (m := RANK_FILE.match(f.name)) else None for f in files}
+    resolved = dict(named)
+    for rank in _shared(named):  # (usually none: one metadata read per file that shares)
+        resolved.update(_settle(rank, [f for f, r in named.items() if r == rank]))
+    again = _shared(resolved)
+    return {f: None if r in again else r for f, r in resolved.items()}
+
+
+def _settle(rank: int, group: list[Path]) -> dict[Path, int | None]:
+    """The ranks of files that share ``rank`` in their names, from each process's metadata
+    (``distributed``):
+
+    - ranks that tell every file apart name them (a process group's ranks in runs of 0.11,
+      which named an ``mp.spawn`` child by an inherited ``RANK``);
+    - else the one process that joined a process group keeps the rank (torchrun's rank beside
+      a helper process it started that trains too, whose ``RANK`` is inherited);
+    - else a rank the metadata claims twice is no rank (0.11's children of an exported
+      ``RANK``: they pair by spawn order);
+    - else the bare ``rank<R>.h5`` keeps it (the recorder gives that name to a process group's
+      rank or a launcher's ``RANK`` only).
+
+    >>> _settle(0, [Path("no-such/rank0.h5"), Path("no-such/rank0-pid7.h5")])
+    {PosixPath('no-such/rank0.h5'): 0, PosixPath('no-such/rank0-pid7.h5'): None}
+    """
+    metas = {f: _distributed(f) for f in group}
+    own = {f: _int_or_none(m.get("rank")) for f, m in metas.items()}
+    ranks = list(own.values())
+    if None not in ranks and len(set(ranks)) == len(ranks):
+        return own
+    grouped = [f for f, m in metas.items() if m.get("backend")]
+    if len(grouped) == 1:
+        return {f: own[f] if f in grouped else None for f in group}
+    if any(r is not None for r in ranks):
+        return own
+    return {f: rank if f.name == f"rank{rank}.h5" else None for f in group}
+
+
+def _shared(ranks: dict[Path, int | None]) -> set[int]:
+    """The ranks more than one file claims (counted once: 1000 ranks stay cheap)."""
+    counts = Counter(r for r in ranks.values() if r is not None)
+    return {rank for rank, n in counts.items() if n > 1}
+
+
+def _distributed(file: Path) -> dict[str, object]:
+    """The ``distributed`` metadata of ``file``'s process (rank, backend once a process group
+    existed), empty where there is none."""
+    try:
+        found = read_meta(file).get("distributed")
+    except Exception:  # (a damaged file: nothing known; opening it says what is wrong)
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _process_order(file: Path) -> tuple[list[int], float, str]:
+    return (*_start_order(file), file.name)
 
 
 def _start_order(file: Path) -> tuple[list[int], float]:

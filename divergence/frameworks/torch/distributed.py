@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import multiprocessing
 import os
 import threading
 import weakref
@@ -360,11 +361,11 @@ class DistributedProbes(Instrumentation):
                 world_size=dist.get_world_size(),
                 rank=dist.get_rank(),
             )
-        elif "world_size" not in self.info and "RANK" not in os.environ:
+        elif "world_size" not in self.info and not _launched_rank():
             return {}
         env = os.environ
         self.info.setdefault("world_size", _int(env.get("WORLD_SIZE")))
-        self.info.setdefault("rank", _int(env.get("RANK")))
+        self.info.setdefault("rank", _int(env.get("RANK")) if _launched_rank() else None)
         self.info["local_rank"] = _int(env.get("LOCAL_RANK"))
         self.info["local_world_size"] = _int(env.get("LOCAL_WORLD_SIZE"))
         self.info["launcher"] = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "other"
@@ -432,6 +433,16 @@ def _plain(value: object) -> object:
     if isinstance(value, timedelta):
         return value.total_seconds()
     return value if isinstance(value, (int, float, str, bool, type(None))) else repr(value)
+
+
+def _launched_rank() -> bool:
+    """Whether ``RANK`` is this process's own (a launcher's, torchrun's). A multiprocessing
+    child inherited its parent's ``RANK`` as every sibling did (``RANK=0`` exported, then
+    ``mp.spawn``): it is not the child's rank (the file is named so too: ``Session._file_path``).
+
+    >>> # torchrun worker: True; mp.spawn child of a shell with RANK=0 exported: False
+    """
+    return "RANK" in os.environ and multiprocessing.parent_process() is None
 
 
 def _int(text: str | None) -> int | None:
