@@ -83,6 +83,8 @@ class Session:
         self.mode = "auto"
         self.on_step_start: list[Callable[[Session], None]] = []
         self.on_finish: list[Callable[[], None]] = []  # before the last records are written
+        # at divergence.step(), before the step is written: what the step's own code changed
+        self.on_explicit_step: list[Callable[[], None]] = []
         self.metadata_providers: list[Callable[[], dict[str, Any]]] = []
         # type of a pending device value -> the framework function that resolves a list of them
         self.resolvers: dict[type, Callable[[list[object]], list[int]]] = {}
@@ -190,6 +192,8 @@ class Session:
         """``divergence.step()``: close the current step now."""
         self.mode = "explicit"
         self.begin_event()
+        for callback in self.on_explicit_step:
+            callback()
         self._close_step()
 
     def _close_step(self) -> None:

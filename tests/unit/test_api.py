@@ -128,3 +128,30 @@ def test_two_optimizers_after_one_clip_make_one_step(tmp_path: Path) -> None:
     rows = file.records[(file.records["step"] == 1) & (file.records["phase"] == Phase.OPTIMIZER)]
     clipped = {file.strings[r["name"]] for r in rows if r["kind"] == Kind.PARAM_GRAD}
     assert clipped == {"0.weight", "0.bias", "1.weight", "1.bias"}
+
+
+def test_a_manual_update_in_the_last_step_is_recorded(tmp_path: Path) -> None:
+    """A loop without an optimizer (p -= lr * p.grad, then divergence.step()): the step's
+    update is recorded at step(), so a write in the last step, which no model call follows,
+    is compared too (the runs compared identical)."""
+    for name, flip in (("a", False), ("b", True)):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 1)
+        with Recorder(tmp_path / name):
+            for step in range(3):
+                net(torch.arange(8.0).view(2, 4)).pow(2).mean().backward()
+                with torch.no_grad():
+                    for p in net.parameters():
+                        p -= 0.01 * p.grad
+                        p.grad = None
+                    if flip and step == 2:
+                        net.weight.view(torch.int32)[0, 0] ^= 1
+                divergence.step()
+    first = compare_runs(tmp_path / "a", tmp_path / "b").first
+    assert first is not None
+    assert (first.step, first.phase, first.kind, first.location) == (
+        2,
+        "optimizer",
+        "param",
+        "weight",
+    )

@@ -162,6 +162,9 @@ class TorchRecorder(Instrumentation):
         settle = self.guard(self.settle_compiled_steps)
         s.on_finish.append(settle)
         self.undo.append(lambda: s.on_finish.remove(settle))
+        updates = self.guard(self.add_updated_parameters)
+        s.on_explicit_step.append(updates)
+        self.undo.append(lambda: s.on_explicit_step.remove(updates))
         return self.remove
 
     def eager_guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
@@ -444,6 +447,18 @@ class TorchRecorder(Instrumentation):
             return
         for name, param in self.params.read_by(root):
             self._add_if_written(Phase.FORWARD, name, param)
+
+    def add_updated_parameters(self) -> None:
+        """At ``divergence.step()``: the parameters the step's own code wrote (a manual
+        update, ``p -= lr * p.grad``), in the optimizer phase, as an optimizer's are after its
+        step. Else a write in the last step would never be recorded: no model call follows."""
+        if self.stepping or not self.session.recording:
+            return
+        for ref, _, _ in self.roots:
+            root = ref()
+            if root is not None:
+                for name, param in self.params.read_by(root):
+                    self._add_if_written(Phase.OPTIMIZER, name, param)
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         """Before the update: parameters written since their last record (a clamp or a manual
