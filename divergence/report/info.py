@@ -53,6 +53,9 @@ class ProcessSummary:
     meta: dict[str, Any] = field(default_factory=dict)
     uncaught: str = ""  # the exception that ended the process
     ended_inside_step: int | None = None
+    failure: str = ""  # why recording stopped early (an internal error), if it did
+    failure_step: int | None = None
+    steps_taken: int | None = None  # by the program, recorded or not
 
 
 @dataclass
@@ -93,6 +96,7 @@ class RunSummary:
                 f"{counted(p.records, 'record')}, {counted(p.probes, 'probe')}, "
                 f"{counted(p.dumped, 'dumped tensor')}; {state}; exit status {exit_status}"
                 + _ending(p)
+                + _stopped(p)
             )
             flat = flatten(p.meta)
             rows = [("kinds", ", ".join(f"{k} {n:,}" for k, n in p.kinds.items()))]
@@ -120,6 +124,14 @@ def _ending(p: ProcessSummary) -> str:
         return ""
     inside = f" inside step {p.ended_inside_step}" if p.ended_inside_step is not None else ""
     return f"; ended by {p.uncaught}{inside}"
+
+
+def _stopped(p: ProcessSummary) -> str:
+    """``; RECORDING STOPPED at step 0 (AttributeError: ...); the program took 6 steps``."""
+    if not p.failure:
+        return ""
+    taken = f"; the program took {counted(p.steps_taken, 'step')}" if p.steps_taken else ""
+    return f"; RECORDING STOPPED at step {p.failure_step} ({p.failure}){taken}"
 
 
 def _count_probes(records: np.ndarray) -> int:
@@ -163,10 +175,21 @@ def run_summary(path: str | Path) -> RunSummary:
                 probes=_count_probes(records),
                 meta=f.meta,
                 uncaught=f.uncaught,
+                **_failure(f.end or {}),
                 ended_inside_step=f.ended_inside_step,
             )
         )
     return RunSummary(Path(path), processes, unreadable, _missing_ranks(run))
+
+
+def _failure(end: dict[str, Any]) -> dict[str, Any]:
+    """The failure fields of a file's ``end`` (FORMAT.md), typed."""
+    step, taken = end.get("failure_step"), end.get("steps_taken")
+    return {
+        "failure": str(end.get("failure") or ""),
+        "failure_step": step if isinstance(step, int) else None,
+        "steps_taken": taken if isinstance(taken, int) else None,
+    }
 
 
 def _missing_ranks(run: Run) -> list[str]:

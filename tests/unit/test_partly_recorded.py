@@ -83,3 +83,16 @@ def test_hunt_keeps_its_finding_when_the_zoom_recording_stopped(
     assert result.zoom_skipped.startswith("op-level recording stopped early: ")
     report = result.report
     assert report is not None and report.first is not None and report.first.step == 1
+
+
+def test_info_says_that_the_recording_stopped(tmp_path: Path) -> None:
+    run = _record(tmp_path / "a", stop_after=0)
+    result = run_cli("info", str(run))
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "RECORDING STOPPED at step 1 (after_apply: AttributeError: no attribute 'path');" in text
+    assert "the program took 4 steps" in text
+    (process,) = json.loads(run_cli("info", "--json", str(run)).stdout)["processes"]
+    assert (process["failure_step"], process["steps_taken"]) == (1, 4)
+    whole = json.loads(run_cli("info", "--json", str(_record(tmp_path / "b", None))).stdout)
+    assert whole["processes"][0]["failure"] == ""
