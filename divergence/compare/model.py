@@ -168,15 +168,24 @@ class Comparison:
 
     @property
     def first(self) -> Divergence | None:
-        # (at one step and phase, a process that was killed comes first: the others' failures,
-        # a collective whose peer vanished, follow from it; a damaged file, whose step is
-        # unknown, comes after every divergence the readable files show)
+        # (at one step and phase, a rank that followed another (its first difference is what
+        # a collective received) comes after the one it followed, and a process that was
+        # killed first: the others' failures, a collective whose peer vanished, follow from
+        # it; a damaged file, whose step is unknown, comes after every divergence the
+        # readable files show)
         found = [
-            (p.first.unreadable, p.first.sort_key, p.complete_a and p.complete_b, i, p.first)
+            (
+                p.first.unreadable,
+                p.first.sort_key,
+                p.role == "followed",  # (compare/ranks.py FOLLOWED)
+                p.complete_a and p.complete_b,
+                i,
+                p.first,
+            )
             for i, p in enumerate(self.processes)
             if p.first is not None
         ]
-        return min(found)[4] if found else None
+        return min(found)[-1] if found else None
 
     @property
     def identical(self) -> bool:

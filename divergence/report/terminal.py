@@ -150,6 +150,8 @@ def origin_text(d: Divergence) -> str:
     inputs, so "its inputs matched" would not read right there."""
     if d.origin and d.kind == "hyperparam":
         return "yes: a setting, given to the program, not computed from recorded tensors"
+    if d.origin and d.kind == "collective_in":
+        return "yes: this rank passed other values to the collective, every record before matched"
     return {
         True: "yes: its recorded inputs matched, its output did not",
         False: "no: propagated",

@@ -1,5 +1,6 @@
 """Which process a multi-process comparison leads with: the earliest divergence, and at one
-step and phase the process that was killed (another rank's failure follows from it)."""
+step and phase the process that was killed (another rank's failure follows from it) and not
+one that followed another."""
 
 from __future__ import annotations
 
@@ -28,3 +29,12 @@ def test_the_earliest_step_still_leads() -> None:
     assert first is not None and first.process == "rank0"
     first = comparison(process("rank0", 5, True), process("rank1", 5, True)).first
     assert first is not None and first.process == "rank0"  # (a tie: rank order)
+
+
+def test_a_rank_that_followed_comes_after_the_one_it_followed() -> None:
+    """Both ranks first differ in step 2's communication: rank1 passed other values to the
+    all-reduce, rank0 only received them; rank1 leads."""
+    follower, origin = process("rank0", 2, True), process("rank1", 2, True)
+    follower.role, origin.role = "followed", "diverged first"
+    first = comparison(follower, origin).first
+    assert first is not None and first.process == "rank1"

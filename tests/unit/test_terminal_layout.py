@@ -86,6 +86,9 @@ def test_a_setting_as_origin_is_not_said_to_have_matching_inputs() -> None:
     output = Divergence("value", "p0", 0, "forward", "output", "fc", 0)
     output.origin = True
     assert origin_text(output) == "yes: its recorded inputs matched, its output did not"
+    passed = Divergence("value", "rank1", 2, "communication", "collective_in", "all_reduce#0", 0)
+    passed.origin = True
+    assert origin_text(passed).startswith("yes: this rank passed other values to the collective")
 
 
 def test_values_are_text_not_markup() -> None:
