@@ -76,6 +76,7 @@ def compare_ranks(
         comparison.notes.insert(0, "runs A and B are the same files: compared with themselves")
     if len(comparison.processes) > 1:
         place_ranks(comparison)
+    refuse_only_damaged(comparison)
     if comparison.identical:
         refuse_partly_recorded(comparison)
     return comparison
@@ -96,6 +97,18 @@ def _same_files(run_a: Run, run_b: Run) -> bool:
     its own file)."""
     files = [{p.path.resolve() for p in run.processes} for run in (run_a, run_b)]
     return files[0] == files[1]
+
+
+def refuse_only_damaged(comparison: Comparison) -> None:
+    """Runs whose readable ranks all matched while a rank's file is damaged get no verdict
+    (exit 2, as any damaged file): "diverged" would blame the runs for the file. Where a
+    readable rank diverged, that is the report, and the damage a note."""
+    firsts = [p.first for p in comparison.processes if p.first is not None]
+    if firsts and all(d.unreadable for d in firsts):
+        raise CorruptRunError(
+            f"{firsts[0].origin_text} (every readable rank matched)",
+            hint="re-record the run, or compare the readable ranks alone with --ranks",
+        )
 
 
 def refuse_partly_recorded(comparison: Comparison) -> None:
@@ -236,10 +249,10 @@ def _compare_pair(
     tolerant: bool,
     other_scripts: bool = False,
 ) -> ProcessComparison:
-    file_a = _load(comparison, key, "A", process_a, tolerant)
-    file_b = _load(comparison, key, "B", process_b, tolerant)
+    file_a, damage_a = _load(comparison, key, "A", process_a, tolerant)
+    file_b, damage_b = _load(comparison, key, "B", process_b, tolerant)
     if file_a is None or file_b is None:
-        return _unpaired(key, process_a, process_b, file_a, file_b)
+        return _unpaired(key, process_a, process_b, file_a, file_b, damage_a or damage_b)
     if not comparison.processes:
         refuse_different_programs(file_a, file_b, other_scripts)
     scripts = script_difference(file_a, file_b) if other_scripts else ""
@@ -281,16 +294,17 @@ def _compare_pair(
 
 def _load(
     comparison: Comparison, key: str, which: str, process: Process | None, tolerant: bool
-) -> RunFile | None:
+) -> tuple[RunFile | None, str]:
+    """The rank's file, or None and why it could not be read ("" for no file)."""
     if process is None:
-        return None
+        return None, ""
     try:
-        return process.load()
+        return process.load(), ""
     except CorruptRunError as exc:
         if not tolerant:
             raise
         comparison.notes.append(f"run {which} {key}: {exc.message}")
-        return None
+        return None, exc.message
 
 
 def _unpaired(
@@ -299,14 +313,20 @@ def _unpaired(
     process_b: Process | None,
     file_a: RunFile | None,
     file_b: RunFile | None,
+    damage: str,
 ) -> ProcessComparison:
-    """A rank with no readable file in one run (killed before its first step, or damaged)."""
+    """A rank with no file in one run (killed before its first step, or removed) or a
+    damaged one (``damage``: why it cannot be read)."""
     which = "A" if file_a is None else "B"
-    state = "has no file" if (process_a if which == "A" else process_b) is None else "unreadable"
     first = Divergence("length", key, 0, "marker", "step_end", "", 0)
-    first.origin_text = f"run {which} {state} for {key} (killed before its first step, or damaged)"
+    first.origin_text = (
+        f"run {which}'s file for {key} is damaged: {damage}"
+        if damage
+        else f"run {which} has no file for {key} (the rank was killed before its first step, "
+        "or its file was removed)"
+    )
     first.cause, first.cause_text = "length", "the rank recorded nothing readable in one run"
-    first.unreadable = state == "unreadable"
+    first.unreadable = bool(damage)
     path_a = process_a.path if process_a else Path("-")
     path_b = process_b.path if process_b else Path("-")
     return ProcessComparison(

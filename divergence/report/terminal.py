@@ -103,8 +103,6 @@ def verdict(c: Comparison) -> Text:
     if first.a is not None and first.a.name == first.location and first.location:
         where = first.a.label  # (with its slot: "batch 2 of M", as the probe line says)
     origin = ORIGIN_TAGS[first.origin]
-    if first.unreadable:
-        return Text(f"DIVERGED (length): {first.origin_text}", style="bold red")
     if first.reason == "length":
         return Text(
             f"DIVERGED (length) at step {first.step}: one run ended early", style="bold red"

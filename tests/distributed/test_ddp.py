@@ -206,7 +206,8 @@ def test_killed_rank_is_reported_incomplete(runs: dict[str, Path], tmp_path: Pat
     assert rank1["complete_b"] is False and rank1["role"] == "incomplete"
     assert rank1["steps_b"] == 3  # steps 0..2 completed before the kill
     assert any("rank1 is incomplete" in note for note in report["notes"])
-    # a rank that left no file, and one whose file is damaged: reported, not refused
+    # a rank that left no file: reported as incomplete; one whose file is damaged beside a
+    # matching rank: trouble (exit 2, the file named), as any damaged run file
     for damage in ("missing", "truncated"):
         broken = tmp_path / damage
         shutil.copytree(runs["b"], broken)
@@ -214,6 +215,10 @@ def test_killed_rank_is_reported_incomplete(runs: dict[str, Path], tmp_path: Pat
         (broken / "rank1.h5").unlink()
         if damage == "truncated":
             (broken / "rank1.h5").write_bytes(data[: len(data) // 3])
+            result = run_cli("compare", "--json", str(runs["a"]), str(broken))
+            assert result.returncode == 2 and "rank1.h5" in result.stderr
+            assert json.loads(result.stdout)["error"]["type"] == "CorruptRunError"
+            continue
         code, report = compare_json(runs["a"], broken)
         assert code == 1, damage
         assert report["processes"][0]["role"] == "identical"
