@@ -100,7 +100,11 @@ def _lines(s: object) -> list[str]:
         only = f"   {s.status}" if s.status.startswith("only") else ""
         prints = f"skipped: {probe.skipped}{only}"
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
-    if s.note:  # an op's call (JSON, for replay), or a detail of the record
+    # (notes that differ: the same bits in another circumstance, a model in eval mode in one
+    # run only; an optimizer's settings are listed by key below)
+    if a is not None and s.b is not None and a.note != s.b.note and a.kind != "hyperparam":
+        lines += [f"  run A: {a.note or '(no note)'}", f"  run B: {s.b.note or '(no note)'}"]
+    elif s.note:  # an op's call (JSON, for replay), or a detail of the record
         lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")
     if a is not None and s.b is not None and a.kind == "hyperparam" and s.status == "differs":
         from divergence.record.hyperparameters import differing_settings

@@ -284,10 +284,13 @@ def test_a_model_left_in_eval_mode_in_one_run_is_named(record: Recorder) -> None
     batch through unchanged. The batch matches; the Dropout is the origin, and the cause is
     the mode, not a kernel."""
     a = record("eval_pass.py", tag="a")
-    first = first_difference(a, record("eval_pass.py", env={"TRAIN_FORGOTTEN_AFTER": "1"}))
+    b = record("eval_pass.py", env={"TRAIN_FORGOTTEN_AFTER": "1"})
+    first = first_difference(a, b)
     assert place(first) == (2, "forward", "output", "2") and first["origin"] is True
     assert "run B's model (`Sequential`) was in eval mode in this step" in first["origin_text"]
     assert first["cause"] == "configuration" and "model.train()" in first["cause_text"]
+    shown = run_cli("show", str(a), "--against", str(b), "--step", "2", "--probe", "Sequential")
+    assert "  run A: (no note)\n  run B: the model was in eval mode (model.eval())" in shown.stdout
 
 
 def test_a_loader_generator_seeded_otherwise_shows_among_the_seeds(record: Recorder) -> None:

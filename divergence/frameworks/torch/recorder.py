@@ -686,11 +686,14 @@ class TorchRecorder(Instrumentation):
                 session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
 
     def probe(self, session: Session, value: object, name: str) -> bool:
-        tensors = tensors_of(value)
-        if not tensors:
+        """``divergence.probe``: each tensor of ``value`` a slot, with its key path in a
+        dict, record or dataclass (as a module's outputs: ``logits``, ``past.0.1``)."""
+        keyed = keyed_tensors(value)
+        if not keyed:
             return False
         phase = Phase.BACKWARD if torch._C._current_graph_task_id() >= 0 else Phase.FORWARD
-        self._add_all(phase, Kind.PROBE, name, tensors)
+        for slot, (key, t) in enumerate(keyed):
+            self._add(phase, Kind.PROBE, name, t, slot, True, with_key(key, ""))
         return True
 
     # --- patches --------------------------------------------------------------------------
