@@ -458,13 +458,21 @@ def _raised(file: RunFile, prefix: str = "") -> str:
 
 def shortened(error: str) -> str:
     """An exception's text on one line; a long one keeps its start (the type) and its end,
-    where a wrapped error's innermost message is (a collective's peer that vanished).
+    where a wrapped error's innermost message is (a collective's peer that vanished), both cut
+    between words.
 
     >>> shortened("RuntimeError: callback failed: " * 5 + "Connection closed by peer")[-40:]
     'llback failed: Connection closed by peer'
+    >>> shortened("RuntimeError: callback failed: " * 5).split(" ... ")[0]
+    'RuntimeError: callback failed:'
     """
     text = " ".join(error.split())
-    return text if len(text) <= 125 else f"{text[:40]} ... {text[-80:]}"
+    if len(text) <= 125:
+        return text
+    head, tail = text[:40], text[-80:]
+    head = head[: head.rfind(" ")] if " " in head[20:] else head
+    tail = tail[tail.find(" ") + 1 :] if " " in tail[:40] else tail
+    return f"{head} ... {tail}"
 
 
 def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
