@@ -85,8 +85,10 @@ class Recorder:
         prepare_output(output, self.force)
         self.session = activate(Session(self.config, self.config.output))
         # python's and numpy's states now: one never drawn from while recording is then known
-        # as such (an unseeded generator the run did not use is no cause)
+        # as such (an unseeded generator the run did not use is no cause; what was made
+        # before, the model's initial weights, may have drawn from it: compare keeps those)
         self.session.note_host_generators()
+        self.session.host_generators_noted_by = "recorder"
         self._detach = attach(self.session)
         return self
 

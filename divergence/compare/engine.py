@@ -233,7 +233,11 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     if first_value is not None:
         first = _value_divergence(key, a, b, first_value)
         evidence = _rng_evidence(a, np.flatnonzero(rng_differs), first.step)
-        undrawn = _never_drawn(_draws(a, first.step), _draws(b, first.step))
+        undrawn = (
+            set()
+            if _made_before_recording(first, a)
+            else _never_drawn(_draws(a, first.step), _draws(b, first.step))
+        )
         first.rng_evidence = [e for e in evidence if e.split(" ")[0] not in undrawn]
         first.rng_undrawn = [e.split(" ")[0] for e in evidence if e.split(" ")[0] in undrawn]
     elif structure_end < n and (ended := _ended_inside_step(key, a, b, structure_end)):
@@ -325,6 +329,13 @@ def _never_drawn(draws_a: dict[str, bool | None], draws_b: dict[str, bool | None
         if True not in (draws_a.get(name), draws_b.get(name))
         and False in (draws_a.get(name), draws_b.get(name))
     }
+
+
+def _made_before_recording(d: Divergence, run: RunFile) -> bool:
+    """Whether ``d`` is a value made before a ``divergence.Recorder`` started (an initial
+    weight), whose generator states were noted at that start: draws made before then may
+    have made it, so every differing state stays evidence."""
+    return d.phase == Phase.INIT.label and run.meta.get("rng_at_start_taken") == "recorder"
 
 
 def _draws(run: RunFile, step: int) -> dict[str, bool | None]:

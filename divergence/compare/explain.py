@@ -766,7 +766,8 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     return cause.cause, text
 
 
-THREAD_VARIABLES = ("env.OMP_NUM_THREADS", "env.MKL_NUM_THREADS", "env.OPENBLAS_NUM_THREADS")
+# (not OPENBLAS_NUM_THREADS: torch's own count does not show OpenBLAS's, which numpy uses)
+THREAD_VARIABLES = ("env.OMP_NUM_THREADS", "env.MKL_NUM_THREADS")
 
 
 def _effective(keys: list[str], framework: str) -> list[str]:

@@ -252,7 +252,7 @@ def _compare_pair(
     file_a, damage_a = _load(comparison, key, "A", process_a, tolerant)
     file_b, damage_b = _load(comparison, key, "B", process_b, tolerant)
     if file_a is None or file_b is None:
-        return _unpaired(key, process_a, process_b, file_a, file_b, damage_a or damage_b)
+        return _unpaired(key, process_a, process_b, file_a, file_b, (damage_a, damage_b))
     if not comparison.processes:
         refuse_different_programs(file_a, file_b, other_scripts)
     scripts = script_difference(file_a, file_b) if other_scripts else ""
@@ -313,11 +313,15 @@ def _unpaired(
     process_b: Process | None,
     file_a: RunFile | None,
     file_b: RunFile | None,
-    damage: str,
+    damages: tuple[str, str],
 ) -> ProcessComparison:
     """A rank with no file in one run (killed before its first step, or removed) or a
-    damaged one (``damage``: why it cannot be read)."""
-    which = "A" if file_a is None else "B"
+    damaged one (``damages``: why run A's, run B's file cannot be read; "" where none).
+    A damaged file is said first: it is trouble, a missing one a shorter run."""
+    if any(damages):
+        which, damage = ("A", damages[0]) if damages[0] else ("B", damages[1])
+    else:
+        which, damage = ("A" if file_a is None else "B"), ""
     first = Divergence("length", key, 0, "marker", "step_end", "", 0)
     first.origin_text = (
         f"run {which}'s file for {key} is damaged: {damage}"

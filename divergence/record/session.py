@@ -98,6 +98,7 @@ class Session:
         # python's and numpy's generator states when the process started, by fingerprint
         # (only when recording started before the program ran: `diverge record`)
         self.host_generators_at_start: dict[str, str] = {}
+        self.host_generators_noted_by = ""  # "recorder": at divergence.Recorder's start
         self.host_generators_at_end: dict[str, str] = {}
         self.failure = ""
         self.failure_step: int | None = None  # the step recording stopped in
@@ -342,6 +343,8 @@ class Session:
             meta["rng_restores"] = self.rng_restores
         if self.host_generators_at_start:
             meta["rng_at_start"] = self.host_generators_at_start
+            if self.host_generators_noted_by:  # (a Recorder's start, not the process's)
+                meta["rng_at_start_taken"] = self.host_generators_noted_by
         if self.host_generators_at_end:
             meta["rng_at_end"] = self.host_generators_at_end
         return meta
@@ -396,6 +399,7 @@ class Session:
         self._start_time = time.time()
         if self.host_generators_at_start:  # the child starts from the parent's states now
             self.note_host_generators()
+        self.rank = None  # (the parent's process-group rank is not the child's)
 
 
 def _host_generator_states() -> dict[str, str]:

@@ -87,9 +87,15 @@ def _claimed_ranks(files: list[Path]) -> dict[Path, int | None]:
     differs from run to run.
 
     >>> _claimed_ranks([Path("rank0.h5"), Path("rank1-pid7.h5"), Path("pid8.h5")])
-    {PosixPath('rank0.h5'): 0, PosixPath('rank1-pid7.h5'): 1, PosixPath('pid8.h5'): None}
+    {PosixPath('rank0.h5'): 0, PosixPath('rank1-pid7.h5'): None, PosixPath('pid8.h5'): None}
+
+    (``rank1-pid7.h5`` claims no rank in metadata: an inherited ``RANK`` named it.)
     """
     named = {f: int(m.group(1)) if (m := RANK_FILE.match(f.name)) else None for f in files}
+    for file, rank in named.items():  # (a lone rank<R>-pid<P>.h5: an inherited RANK, since
+        # 0.12 not in its metadata, is no rank; 0.11's launched helpers keep theirs)
+        if rank is not None and "-pid" in file.name:
+            named[file] = rank if _int_or_none(_distributed(file).get("rank")) == rank else None
     resolved = dict(named)
     for rank in _shared(named):  # (usually none: one metadata read per file that shares)
         resolved.update(_settle(rank, [f for f, r in named.items() if r == rank]))

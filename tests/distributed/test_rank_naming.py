@@ -7,6 +7,7 @@ would race for it) and compare pairs them by spawn index, as when ``RANK`` is un
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -92,3 +93,22 @@ def test_spawned_children_under_an_inherited_rank_pair_by_spawn_index(
     assert result.stdout.startswith("IDENTICAL")
     assert "identical: process0, process1" in result.stdout
     assert "pid" not in result.stdout.split("Ranks")[1]
+
+
+def test_a_helper_forked_from_a_rank_is_not_that_rank(tmp_path: Path) -> None:
+    """The fork inherits the group object (dist.is_initialized() holds) and RANK: its file
+    is no rank's, and rank 0 keeps rank0.h5 (both lost their rank to a shared claim)."""
+    env = {k: v for k, v in os.environ.items() if k != "MASTER_PORT"}
+    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+    out = tmp_path / "run"
+    script = [sys.executable, str(SCRIPTS / "forked_helper.py")]
+    result = run_cli("record", "-o", str(out), "--", *script, env=env)
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in out.glob("*.h5"))
+    assert len(names) == 2 and names[0].startswith("rank0-pid") and names[1] == "rank0.h5"
+    helper = RunFile.open(out / names[0])
+    assert (helper.meta.get("distributed") or {}).get("rank") is None
+    info = run_cli("info", "--json", str(out))
+    assert info.returncode == 0, info.stdout
+    keys = [p["key"] for p in json.loads(info.stdout)["processes"]]
+    assert keys == ["rank0", "process0"]

@@ -33,6 +33,13 @@ def test_replay_uses_the_recording_s_thread_count(record: Recorder) -> None:
         )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["threads"] == threads
+    import torch
+
+    from divergence.frameworks.torch.replay import replay
+
+    before = torch.get_num_threads()
+    assert replay(run, 0, ADDMM, times=1, threads=before + 1).threads == before + 1
+    assert torch.get_num_threads() == before  # (the caller's count, restored)
 
 
 def test_replay_needs_dumps(record: Recorder) -> None:

@@ -166,3 +166,31 @@ def test_a_probed_pytree_names_each_slot_by_its_key(tmp_path: Path) -> None:
         divergence.step()
     keys = [note_parts(note)[0] for name, note in records(tmp_path / "run") if name == "out"]
     assert keys == ["logits", "cache.0", "cache.1"]
+
+
+def test_weights_drawn_from_numpy_before_the_recorder_keep_numpy_as_evidence(
+    tmp_path: Path,
+) -> None:
+    """The model's weights come from numpy, seeded otherwise in each run, before the
+    Recorder starts: numpy's state at the recorder's start differs and is never drawn from
+    after, but it made the initial weights: evidence, and the fix seeds numpy."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, numpy as np, torch, divergence\n"
+        "np.random.seed(int(os.environ['SEED'])); torch.manual_seed(0)\n"
+        "net = torch.nn.Linear(2, 1)\n"
+        "with torch.no_grad():\n"
+        "    net.weight.copy_(torch.from_numpy(np.random.randn(1, 2)))\n"
+        "optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "with divergence.Recorder(os.environ['OUT']):\n"
+        "    for step in range(2):\n"
+        "        net(torch.ones(3, 2)).sum().backward()\n"
+        "        optimizer.step()\n"
+    )
+    for name, seed in (("a", "1"), ("b", "2")):
+        env = {**os.environ, "SEED": seed, "OUT": str(tmp_path / name)}
+        subprocess.run([sys.executable, str(script)], check=True, env=env)
+    first = compare_runs(tmp_path / "a", tmp_path / "b").first
+    assert first is not None and (first.phase, first.location) == ("init", "weight")
+    assert any(e.startswith("numpy.random") for e in first.rng_evidence), first.rng_undrawn
+    assert first.cause == "initialisation" and "np.random.seed" in first.cause_text

@@ -70,3 +70,13 @@ def test_a_missing_rank_file_is_a_length_divergence(tmp_path: Path) -> None:
     first = compare_runs(run_a, run_b).first
     assert first is not None and (first.process, first.reason) == ("rank1", "length")
     assert "killed before its first step" in first.origin_text
+
+
+def test_a_rank_missing_in_a_and_damaged_in_b_names_b_s_damage(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", CPU, [])
+    run_a = _ranked(tmp_path / "run_a", a, damaged_rank=None)
+    (run_a / "rank1.h5").unlink()
+    run_b = _ranked(tmp_path / "run_b", a, damaged_rank=1)
+    with pytest.raises(CorruptRunError) as refused:
+        compare_runs(run_a, run_b)
+    assert refused.value.message.startswith("run B's file for rank1 is damaged: ")

@@ -128,3 +128,16 @@ def test_weights_drawn_from_numpy_get_numpy_s_seed() -> None:
         found = match_cause("value", "param", "fc.weight", env, "init", facts=TORCH)
         assert found is not None and found.cause == "initialisation"
         assert words in found.fix and (generator == "numpy.random") == ("numpy" in found.fix)
+
+
+def test_an_openblas_thread_variable_stays_a_cause() -> None:
+    """torch's own thread count does not show OpenBLAS's (numpy's BLAS): still the thread
+    cause where only it differs."""
+    from divergence.compare.explain import classify
+    from divergence.compare.model import Divergence, EnvDifference
+
+    divergence = Divergence("value", "p0", 1, "forward", "output", "fc", 0)
+    divergence.origin = True
+    divergence.facts = {"framework": "torch", "device": "cpu", "layout": "same"}
+    variable = EnvDifference("env.OPENBLAS_NUM_THREADS", "1", "2")
+    assert classify(divergence, [variable])[0] == "environment"

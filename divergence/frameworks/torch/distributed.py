@@ -87,6 +87,9 @@ class DistributedProbes(Instrumentation):
             weakref.WeakKeyDictionary()
         )
         self.info: dict[str, Any] = {}
+        # the process whose group this is: a helper forked from a rank inherits the group
+        # object (dist.is_initialized() holds there) but is not that rank
+        self.group_pid = os.getpid() if dist.is_initialized() else None
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -340,6 +343,7 @@ class DistributedProbes(Instrumentation):
     def _initialised(self, kwargs: dict[str, Any]) -> None:
         settings = {k: _plain(v) for k, v in kwargs.items() if k not in ("init_method", "store")}
         self.info["init_process_group"] = settings
+        self.group_pid = os.getpid()
         self.session.rank = dist.get_rank()  # names the file rank<R>.h5 without RANK (spawn)
         self.metadata()
 
@@ -355,7 +359,9 @@ class DistributedProbes(Instrumentation):
 
     def metadata(self) -> dict[str, Any]:
         """``{"distributed": {...}}`` once a process group existed (or a launcher set RANK)."""
-        if dist.is_initialized():
+        if self.group_pid is not None and self.group_pid != os.getpid():
+            self.info, self.group_pid = {}, None  # (forked from a rank: not in its group)
+        if dist.is_initialized() and self.group_pid is not None:
             self.info.update(
                 backend=str(dist.get_backend()),
                 world_size=dist.get_world_size(),

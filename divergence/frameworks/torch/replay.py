@@ -128,8 +128,25 @@ def replay(
     file = _single(run)
     inputs, outputs = _call_rows(file, step, pattern, call)
     threads = threads or recorded_threads(file.meta)
-    if threads:
-        torch.set_num_threads(threads)
+    before = torch.get_num_threads()
+    if threads and torch.device(device).type == "cpu":
+        torch.set_num_threads(threads)  # (the caller's count is restored after)
+    try:
+        return _replay(file, inputs, outputs, pattern, step, call, times, device)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _replay(
+    file: RunFile,
+    inputs: list[int],
+    outputs: list[int],
+    pattern: str,
+    step: int,
+    call: int,
+    times: int,
+    device: str,
+) -> Replay:
     notes = (file.strings[file.records["note"][row]] for row in (*inputs, *outputs))
     note = next((n for n in notes if n.startswith("{")), "")
     if not note:
