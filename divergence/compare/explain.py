@@ -26,6 +26,7 @@ from divergence.store.schema import (
     EDITED_IN_TRACE,
     EVAL_NOTES,
     IMPORTED_GRADIENT,
+    INFERENCE_CALL,
     LOSS_INPUTS,
     TARGETS,
     UNINITIALISED,
@@ -216,9 +217,12 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> N
         if eval_a != eval_b:
             which, other = ("A", "B") if eval_a else ("B", "A")
             model = _code(a.strings[records["name"][r]])
+            evaluating = a if eval_a else b
+            keras = evaluating.strings[evaluating.records["note"][r]] == INFERENCE_CALL
+            mode = "called for inference (training=False)" if keras else "in eval mode"
             divergence.facts["modes"] = "differ"
             divergence.origin_text += (
-                f"; run {which}'s model ({model}) was in eval mode in this step where run "
+                f"; run {which}'s model ({model}) was {mode} in this step where run "
                 f"{other}'s was training"
             )
             return

@@ -205,7 +205,7 @@ def _different_sizes(
         hint = (
             "compare the single process with rank 0: --ranks 0"
             if unranked == [1]
-            else "compare it with a run launched the same way"
+            else "compare runs launched the same way (both with ranks, or both without)"
         )
     ran_b = f"with {size_b}" if None not in (size_a, size_b) else _ran(run_b, size_b)
     return IncomparableRunsError(
@@ -225,7 +225,7 @@ def _by_rank(run: Run, ranks: Sequence[int] | None) -> dict[str, Process]:
         raise UsageError(
             f"{run.path} recorded {len(run.processes)} processes without ranks: they do not "
             "pair with ranks",
-            hint="compare it with a run launched the same way",
+            hint=f"compare {run.path} with a run launched the same way",
         )
     if ranks is not None and set(ranks) != {0}:
         raise UsageError(
