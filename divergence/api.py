@@ -117,11 +117,8 @@ def _steps(value: str | int | None, option: str) -> StepRange:
 def _globs(value: str | Iterable[str], option: str) -> tuple[str, ...]:
     """One glob or several as a tuple (a lone string is one glob, not its characters)."""
     globs = (value,) if isinstance(value, str) else value
-    try:
-        found = tuple(globs)
-    except TypeError:
-        found = (None,)  # type: ignore[assignment]
-    if not all(isinstance(g, str) for g in found):
+    found = tuple(globs) if isinstance(globs, Iterable) else ()
+    if not isinstance(globs, Iterable) or not all(isinstance(g, str) for g in found):
         raise UsageError(
             f"{option}={value!r}: globs are strings", hint=f'{option}="block.*" or a list of them'
         )

@@ -217,8 +217,7 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> N
         if eval_a != eval_b:
             which, other = ("A", "B") if eval_a else ("B", "A")
             model = _code(a.strings[records["name"][r]])
-            evaluating = a if eval_a else b
-            keras = evaluating.strings[evaluating.records["note"][r]] == INFERENCE_CALL
+            keras = _noted(a if eval_a else b, int(r), INFERENCE_CALL)
             mode = "called for inference (training=False)" if keras else "in eval mode"
             divergence.facts["modes"] = "differ"
             divergence.origin_text += (
@@ -229,8 +228,7 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> N
 
 
 def _in_eval_mode(run: RunFile, row: int) -> bool:
-    note = run.strings[run.records["note"][row]] if not run.records["status"][row] else ""
-    return note_parts(note)[1] in EVAL_NOTES
+    return any(_noted(run, row, note) for note in EVAL_NOTES)
 
 
 def _explain_update_of_unseen_gradient(divergence: Divergence, param: str, tape_seen: bool) -> None:

@@ -97,6 +97,13 @@ class Divergence:
     unreadable: bool = False
 
     @property
+    def label(self) -> str:
+        """Run A's probe label (``output 1 of Net``, ``loss``), else ``kind of location``."""
+        if self.a is not None:
+            return self.a.label
+        return f"{self.kind.replace('_', ' ')} of {self.location}"
+
+    @property
     def sort_key(self) -> tuple[int, int]:
         """Globally earliest: by step, then phase."""
         return (self.step, int(Phase[self.phase.upper()]))

@@ -401,8 +401,7 @@ def _role(
     d = p.first
     if d is None:
         return (IDENTICAL, "") if p.complete_a and p.complete_b else (INCOMPLETE, _ended(p))
-    label = d.a.label if d.a is not None else f"{d.kind.replace('_', ' ')} of {d.location}"
-    where = f"step {d.step}, {d.phase}: {label}"
+    where = f"step {d.step}, {d.phase}: {d.label}"
     if d.reason == "length":
         return INCOMPLETE, _ended(p) or d.origin_text
     if not _received(d):

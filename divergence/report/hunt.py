@@ -53,7 +53,7 @@ def verdict(h: Hunt) -> str:
     report = h.report
     d = report.first if report is not None else None
     assert d is not None
-    where = d.a.label if d.a is not None else f"{d.kind.replace('_', ' ')} of {d.location}"
+    where = d.label
     if d.facts.get("op"):  # (slot 0 unsaid, as in compare's probe labels)
         module = d.facts.get("module") or "no module"
         slot = f" {d.slot}" if d.slot else ""
