@@ -215,7 +215,7 @@ def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 
 def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     n = min(a.records.size, b.records.size)
-    result = scan(a.records, b.records, _string_mapping(b, a))
+    result = scan(a.records, b.records, string_mapping(b, a))
     structure_end = result.structure_end
     if result.mixed_algorithm is not None:
         _refuse_mixed_algorithms(a, b, result.mixed_algorithm)
@@ -289,7 +289,7 @@ def _initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, n
     return int(rows[0]) if rows.size else first
 
 
-def _string_mapping(source: RunFile, target: RunFile) -> np.ndarray:
+def string_mapping(source: RunFile, target: RunFile) -> np.ndarray:
     """Translate ``source``'s string ids into ``target``'s table (strings ``target`` lacks get
     fresh ids past its table, so they never compare equal)."""
     index = {text: i for i, text in enumerate(target.strings)}

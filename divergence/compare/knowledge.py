@@ -51,6 +51,7 @@ LIST_FIELDS = (
     "regions",
     "inputs",
     "modes",
+    "resumes",
 )
 COMPUTE_KINDS = (
     "output",
@@ -97,6 +98,7 @@ class Cause:
     regions: tuple[str, ...] = ()  # "one_run": a torch.compile region only one run entered
     inputs: tuple[str, ...] = ()  # "unmade": an op input no recorded op made differs
     modes: tuple[str, ...] = ()  # "differ": a model in eval mode in one run, training in the other
+    resumes: tuple[str, ...] = ()  # "continued": one run resumed the other from a checkpoint
     holds_for: str = ""
 
     def applies(
@@ -133,6 +135,7 @@ class Cause:
             and _holds(self.regions, facts.get("region", ""))
             and _holds(self.inputs, facts.get("input", ""))
             and _holds(self.modes, facts.get("modes", ""))
+            and _holds(self.resumes, facts.get("resume", ""))
         )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from divergence.store.schema import Phase, note_parts
+from divergence.wording import counted
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,31 @@ class Propagation:
         )
 
 
+@dataclass(frozen=True)
+class Resume:
+    """One run started from the other's checkpoint (compare/resume.py): ``run`` ("A" or "B")
+    holds, as its ``parameters`` initial parameters, the other's after step ``at_step - 1``.
+
+    >>> Resume("B", at_step=4, parameters=1).text.split(";")[0]
+    "run B resumes run A at step 4: its 1 initial parameter equals run A's after step 3"
+    """
+
+    run: str
+    at_step: int
+    parameters: int
+
+    @property
+    def text(self) -> str:
+        other = "B" if self.run == "A" else "A"
+        return (
+            f"run {self.run} resumes run {other} at step {self.at_step}: its "
+            f"{counted(self.parameters, 'initial parameter')} "
+            f"{'equals' if self.parameters == 1 else 'equal'} run {other}'s after step "
+            f"{self.at_step - 1}; compared from there, run {self.run}'s steps numbered as run "
+            f"{other}'s"
+        )
+
+
 @dataclass
 class ProcessComparison:
     process: str
@@ -161,6 +187,7 @@ class ProcessComparison:
     role_text: str = ""
     # "run A (pid1.h5): <reason>" for each file whose recording stopped early (its end says why)
     recording_stopped: list[str] = field(default_factory=list)
+    resume: Resume | None = None  # one run resumed the other's training (compare/resume.py)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from divergence.compare.engine import (
 from divergence.compare.environment import environment_differences
 from divergence.compare.explain import classify, run_facts
 from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
+from divergence.compare.resume import aligned, causal_differences, find_resume
 from divergence.errors import (
     CorruptRunError,
     IncomparableRunsError,
@@ -269,7 +270,13 @@ def _compare_pair(
         ]
     known = {e.key for e in comparison.environment}
     comparison.environment.extend(e for e in environment if e.key not in known)
+    resume = find_resume(file_a, file_b)
+    if resume is not None:  # (B continued A's training from a checkpoint: from there on)
+        file_a, file_b = aligned(file_a, file_b, resume)
+        if resume.text not in comparison.notes:
+            comparison.notes.append(resume.text)
     result = compare_files(key, file_a, file_b)
+    result.resume = resume
     first = result.first
     if first is not None:
         if first.reason == "value" and first.kind in (
@@ -279,7 +286,9 @@ def _compare_pair(
             explain_collective(first, file_a)
         for fact, value in run_facts(file_a.meta).items():  # (a value divergence has them)
             first.facts.setdefault(fact, value)
-        first.cause, first.cause_text = classify(first, environment)
+        if resume is not None:
+            first.facts["resume"] = "continued"
+        first.cause, first.cause_text = classify(first, causal_differences(environment, resume))
     result.recording_stopped = [
         f"run {which} ({file.path.name}): {failure}"
         for which, file in (("A", file_a), ("B", file_b))

@@ -69,4 +69,6 @@ def process_json(p: ProcessComparison) -> dict[str, Any]:
         ),
         "role": p.role,
         "role_text": p.role_text,
+        # one run resumed the other's training: {"run": "B", "at_step": 4, "parameters": 4}
+        "resume": asdict(p.resume) if p.resume else None,
     }

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,9 @@ class RunFile:
     steps: np.ndarray  # completed step numbers, in order (a step may end several blocks)
     step_ends: np.ndarray  # row index of every step-end marker in ``records``
     dumped_rows: frozenset[int] = field(default_factory=frozenset)
+    # a view (:meth:`view`): each record's row in the file, and what its steps were shifted by
+    source_rows: np.ndarray | None = None
+    step_shift: int = 0
 
     @classmethod
     def open(cls, path: str | Path) -> RunFile:
@@ -120,7 +123,7 @@ class RunFile:
         """The step an uncaught exception ended the process in, before its optimizer step
         (its records up to there are written), or None."""
         step = (self.end or {}).get("ended_inside_step")
-        return int(step) if step is not None else None
+        return int(step) + self.step_shift if step is not None else None
 
     @property
     def uncaught(self) -> str:
@@ -143,9 +146,32 @@ class RunFile:
         """The dumped copy of record ``row`` and its dtype name, or None if it was not dumped."""
         if row not in self.dumped_rows:
             return None
+        stored = row if self.source_rows is None else int(self.source_rows[row])
         with h5py.File(self.path, "r") as file:
-            dataset = file[TENSORS][str(row)]
+            dataset = file[TENSORS][str(stored)]
             return dataset[()], str(dataset.attrs["dtype"])
+
+    def view(self, rows: np.ndarray, step_shift: int = 0) -> RunFile:
+        """The file as if it held only ``rows`` (in order), its steps numbered ``step_shift``
+        later: a run resumed from another's checkpoint, lined up with it (compare/resume.py).
+
+        >>> # run.view(np.arange(120, run.records.size)).records[0]  -> the file's row 120
+        """
+        records = self.records[rows]
+        records["step"] += step_shift
+        ends = np.flatnonzero(records["kind"] == Kind.STEP_END)
+        records["fp"][ends] = [step_end_fp(int(step)) for step in records["step"][ends]]
+        source = rows if self.source_rows is None else self.source_rows[rows]
+        dumped = np.flatnonzero(np.isin(source, np.fromiter(self.dumped_rows, np.int64)))
+        return replace(
+            self,
+            records=records,
+            steps=np.unique(records["step"][ends]),
+            step_ends=ends,
+            dumped_rows=frozenset(int(i) for i in dumped),
+            source_rows=source,
+            step_shift=self.step_shift + step_shift,
+        )
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:

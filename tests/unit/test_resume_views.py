@@ -1,0 +1,96 @@
+"""Finding that one run resumed the other from a checkpoint, and the views that line them up
+(compare/resume.py, RunFile.view). Runs written through the real :class:`Session`: run A
+trains a two-parameter model for 5 steps, its parameters after step ``s`` worth ``10 * s + i``;
+a resumed run starts from some of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from divergence.compare.engine import compare_runs
+from divergence.compare.resume import aligned, find_resume
+from divergence.store.reader import RunFile
+from divergence.store.schema import Kind, Phase, step_end_fp
+from tests.unit.written_runs import fingerprint, new_session
+
+NAMES = ("fc.weight", "fc.bias")
+
+
+def write_run(path: Path, initial: tuple[int, int], first_step: int, steps: int) -> RunFile:
+    """``steps`` steps of a run whose parameters start at ``initial`` and, in the step the
+    original run numbers ``s`` (from ``first_step``), record the loss ``s`` and are updated to
+    ``10 * s + i``."""
+    session = new_session(path)
+    for step in range(steps):
+        s = first_step + step
+        session.begin_event()
+        if step == 0:
+            for name, value in zip(NAMES, initial, strict=True):
+                session.add(Phase.INIT, Kind.PARAM, name, fingerprint(value))
+        session.add(Phase.BACKWARD, Kind.LOSS, "loss", fingerprint(s))
+        for i, name in enumerate(NAMES):
+            session.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint(10 * s + i))
+        session.optimizer_stepped()
+    session.finish()
+    (file,) = path.glob("*.h5")
+    return RunFile.open(file)
+
+
+def test_a_run_started_from_the_parameters_after_step_2_resumes_at_step_3(
+    tmp_path: Path,
+) -> None:
+    a = write_run(tmp_path / "a", (1, 2), 0, 5)
+    b = write_run(tmp_path / "b", (20, 21), 3, 2)
+    resume = find_resume(a, b)
+    assert resume is not None and (resume.run, resume.at_step, resume.parameters) == ("B", 3, 2)
+    assert find_resume(b, a) == type(resume)("A", 3, 2)
+    view_a, view_b = aligned(a, b, resume)
+    # A from step 3 on; B numbered as A, its initial parameters left out
+    assert list(view_a.steps) == list(view_b.steps) == [3, 4]
+    assert view_a.records.tobytes() == view_b.records.tobytes()
+    assert not (view_b.records["phase"] == Phase.INIT).any()
+    ends = view_b.records[view_b.step_ends]
+    assert [int(fp) for fp in ends["fp"]] == [step_end_fp(3), step_end_fp(4)]
+    comparison = compare_runs(tmp_path / "a", tmp_path / "b")
+    assert comparison.identical and comparison.processes[0].resume == resume
+    assert comparison.notes[-1].startswith("run B resumes run A at step 3: its 2 initial")
+
+
+def test_a_difference_after_the_resume_is_said_in_the_original_run_s_steps(
+    tmp_path: Path,
+) -> None:
+    write_run(tmp_path / "a", (1, 2), 0, 5)
+    session = new_session(tmp_path / "b")
+    for step, loss in enumerate((3, 99)):  # (B's step 1 is A's step 4)
+        session.begin_event()
+        if step == 0:
+            session.add(Phase.INIT, Kind.PARAM, "fc.weight", fingerprint(20))
+            session.add(Phase.INIT, Kind.PARAM, "fc.bias", fingerprint(21))
+        session.add(Phase.BACKWARD, Kind.LOSS, "loss", fingerprint(loss))
+        for i, name in enumerate(NAMES):
+            session.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint(10 * (3 + step) + i))
+        session.optimizer_stepped()
+    session.finish()
+    first = compare_runs(tmp_path / "a", tmp_path / "b").first
+    assert first is not None and (first.step, first.kind) == (4, "loss")
+    assert first.b is not None and first.b.step == 4
+
+
+def test_parameters_that_match_after_no_single_step_are_no_resume(tmp_path: Path) -> None:
+    """One initial parameter equals A's after step 2, the other A's after step 3."""
+    a = write_run(tmp_path / "a", (1, 2), 0, 5)
+    assert find_resume(a, write_run(tmp_path / "b", (20, 31), 3, 2)) is None
+    # the same initial parameters as A's: a plain comparison from step 0
+    assert find_resume(a, write_run(tmp_path / "c", (1, 2), 0, 5)) is None
+
+
+def test_a_view_reads_the_dump_of_the_file_s_own_row(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "a", (1, 2), 0, 2)
+    run.dumped_rows = frozenset({5})
+    rows = np.arange(3, run.records.size)
+    view = run.view(rows, step_shift=7)
+    assert view.dumped_rows == frozenset({2}) and view.source_rows is not None
+    assert int(view.source_rows[2]) == 5 and view.step_shift == 7
+    assert int(view.records["step"][0]) == int(run.records["step"][3]) + 7
