@@ -153,7 +153,11 @@ def hunt(
         return result
     divergence = first.comparison.first
     assert divergence is not None
-    skip = _zoom_skip_reason(divergence) or _steady_against(result, divergence.step)
+    skip = (
+        _zoom_skip_reason(divergence)
+        or _resumed(first.comparison)
+        or _steady_against(result, divergence.step)
+    )
     if skip:
         result.zoom_skipped = skip
         return result
@@ -171,6 +175,19 @@ def hunt(
     except IncompleteRecordingError as exc:  # (the hash-only divergence still stands)
         result.zoom_skipped = f"op-level recording stopped early: {exc.message}"
     return result
+
+
+def _resumed(comparison: Comparison) -> str:
+    """Why a zoom cannot help when one run resumed the other from a checkpoint: the zoom
+    records one step of each run by number, and their numbers differ."""
+    resume = next((p.resume for p in comparison.processes if p.resume is not None), None)
+    if resume is None:
+        return ""
+    return (
+        f"{resume.text.split(':')[0]}: the op-level zoom records one step of each run by its "
+        "own number, which cannot be lined up across a resume; the module-level report "
+        "stands"
+    )
 
 
 def _steady_against(h: Hunt, step: int) -> str:

@@ -88,3 +88,19 @@ def test_a_steady_difference_from_the_reference_is_not_zoomed(
     assert report["zoom"] is None and "steady difference" in report["zoom_skipped"]
     assert "--granularity op --steps 1:2" in report["zoom_skipped"]
     assert sorted(p.name for p in (tmp_path / "h").iterdir()) == ["run1", "run2"]
+
+
+def test_a_resumed_command_against_the_run_it_resumed_is_not_zoomed(
+    record: Recorder, tmp_path: Path
+) -> None:
+    """The command resumes the reference's training from its checkpoint (without the generator
+    state): compared from step 4 on; a zoom of step 4 would record the command's own step 4."""
+    checkpoint = str(tmp_path / "checkpoint.pt")
+    reference = record("resume_from.py", checkpoint, "--save-at", "4")
+    code, report = hunt(
+        tmp_path / "h", str(SCRIPTS / "resume_from.py"), checkpoint, "--resume", "--without-rng",
+        options=("--runs", "1", "--against", str(reference)),
+    )  # fmt: skip
+    assert code == 1 and report["report"]["first_divergence"]["step"] == 4
+    assert report["zoom"] is None
+    assert report["zoom_skipped"].startswith("run B resumes run A at step 4: the op-level zoom")
