@@ -7,6 +7,7 @@ change with ``python tests/test_cause_goldens.py`` and review the diff.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,10 +102,17 @@ def write_run(path: Path, meta: dict[str, Any], changes: list[Change]) -> Path:
 
 
 def rendered(case: str, tmp: Path) -> str:
+    """The report of ``case`` at 100 columns, its runs written under ``tmp`` and named by
+    paths relative to it (the suggested commands fold by their length: not the tmp path's)."""
     meta_a, meta_b, changes = CASES[case]
-    a = write_run(tmp / case / "a", meta_a, [])
-    b = write_run(tmp / case / "b", meta_b, changes)
-    text = render_text(compare_runs(a, b), width=100)
+    home = os.getcwd()
+    os.chdir(tmp)
+    try:
+        a = write_run(Path(case) / "a", meta_a, [])
+        b = write_run(Path(case) / "b", meta_b, changes)
+        text = render_text(compare_runs(a, b), width=100)
+    finally:
+        os.chdir(home)
     text = text.replace(str(a), "RUN_A").replace(str(b), "RUN_B")
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 

@@ -7,15 +7,14 @@ comparison, and the commands to inspect the runs it kept.
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from divergence.compare.explain import split_op_name
 from divergence.record.hunt import Hunt
 from divergence.record.rng import RNG_STATE_GLOBS
+from divergence.report.commands import divergence_commands, quoted, short
 from divergence.report.json_report import comparison_json
 from divergence.report.terminal import (
     ORIGIN_TAGS,
@@ -40,8 +39,8 @@ class HuntReport:
         report = h.report
         if report is not None:
             yield section("Report" + (" (op level)" if h.zoom is not None and h.reproduced else ""))
-            yield ComparisonReport(report)
-        yield section(f"Runs kept in {_short(h.directory)}")
+            yield ComparisonReport(report, commands=False)
+        yield section(f"Runs kept in {short(h.directory)}")
         yield commands(inspect_commands(h))
 
 
@@ -64,7 +63,7 @@ def verdict(h: Hunt) -> str:
 
 def summary_rows(h: Hunt) -> list[tuple[str, str]]:
     rows = [("command", shlex.join(h.command))]
-    against = f" against {_short(h.against)}" if h.against is not None else ""
+    against = f" against {short(h.against)}" if h.against is not None else ""
     rows.append(("hash-only", f"{len(h.recorded)} run(s){against}: {h.seen()}"))
     if h.zoom_skipped:
         rows.append(("zoom", f"not made: {h.zoom_skipped}"))
@@ -89,7 +88,7 @@ def _not_reproduced(h: Hunt) -> str:
         )
     return (
         f"did NOT diverge: this command's two runs at op level match; the difference from "
-        f"{_short(h.against)} is intermittent, or the reference was made otherwise (another "
+        f"{short(h.against)} is intermittent, or the reference was made otherwise (another "
         f"command, environment or code: --runs 2 tells them apart){shown}"
     )
 
@@ -97,19 +96,10 @@ def _not_reproduced(h: Hunt) -> str:
 def inspect_commands(h: Hunt) -> list[str]:
     lines = []
     for pair in h.pairs:
-        lines.append(f"diverge compare {_quoted(pair.a)} {_quoted(pair.b)}")
+        lines.append(f"diverge compare {quoted(pair.a)} {quoted(pair.b)}")
     if h.zoom is not None:
-        a, b = _quoted(h.zoom.a), _quoted(h.zoom.b)
-        lines.append(f"diverge compare {a} {b}")
-        report = h.zoom.comparison.first
-        if report is not None:
-            op = split_op_name(report.location)[1]
-            probe = shlex.quote(report.location)
-            lines.append(f"diverge show {a} --against {b} --step {report.step} --probe {probe}")
-            if op.startswith("aten.") and report.kind == "op_output":
-                # the step's k-th call of the op (counted from 1) is replay's --call k-1
-                call = f" --call {report.occurrence[0] - 1}" if report.occurrence else ""
-                lines.append(f"diverge replay {a} --step {report.step} --op {probe}{call}")
+        lines.append(f"diverge compare {quoted(h.zoom.a)} {quoted(h.zoom.b)}")
+        lines += divergence_commands(h.zoom.comparison)
     return lines
 
 
@@ -138,19 +128,3 @@ def hunt_json(h: Hunt) -> dict[str, Any]:
         "report": comparison_json(report) if report is not None else None,
         "commands": inspect_commands(h),
     }
-
-
-def _quoted(path: Path) -> str:
-    """:func:`_short`, quoted for a shell where it needs it (a space in the -o directory).
-
-    >>> _quoted(Path("/no where/run1"))
-    "'/no where/run1'"
-    """
-    return shlex.quote(_short(path))
-
-
-def _short(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

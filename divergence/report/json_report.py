@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from divergence.compare.model import Comparison, Divergence, ProcessComparison
+from divergence.report.commands import divergence_commands
 
 SCHEMA = "diverge.compare/1"
 
@@ -26,6 +27,8 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "ranks": comparison.ranks,  # role -> process keys (multi-process runs)
         "picture": comparison.picture,
         "notes": comparison.notes,
+        # diverge show / replay at the first divergence (report/commands.py)
+        "commands": divergence_commands(comparison),
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from divergence.compare.model import (
     Propagation,
     display_value,
 )
+from divergence.report.commands import divergence_commands
 from divergence.store.schema import note_parts
 from divergence.wording import counted
 
@@ -33,8 +35,9 @@ WIDTH = 100
 class ComparisonReport:
     """Renders a :class:`Comparison` (``console.print(ComparisonReport(c))``)."""
 
-    def __init__(self, comparison: Comparison) -> None:
+    def __init__(self, comparison: Comparison, commands: bool = True) -> None:
         self.comparison = comparison
+        self.commands = commands  # (hunt's report lists them with the runs it kept)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         c = self.comparison
@@ -59,6 +62,9 @@ class ComparisonReport:
             if first.cause_text:
                 yield section(f"Likely cause: {first.cause}")
                 yield Padding(Text(first.cause_text), (0, 0, 0, 2))
+            if self.commands and (lines := divergence_commands(c)):
+                yield section("Inspect")
+                yield commands(lines)
         if len(c.processes) > 1:  # who diverged first, who followed (report/ranks.py)
             from divergence.report.ranks import ranks_sections
 
@@ -157,10 +163,53 @@ def origin_text(d: Divergence) -> str:
     }[d.origin]
 
 
-def commands(lines: list[str]) -> Text:
-    """Shell commands indented by two columns, never wrapped (a command longer than the width
-    stays one line a user can copy; :func:`print_report` does not crop it)."""
-    return Text("\n".join(f"  {line}" for line in lines), no_wrap=True, overflow="ignore")
+def commands(lines: list[str]) -> CommandLines:
+    """Shell commands indented by two columns, each folded to the width as a shell continues
+    a line (:class:`CommandLines`)."""
+    return CommandLines(lines)
+
+
+@dataclass
+class CommandLines:
+    """Renders shell commands, two columns in: a command wider than the console continues on
+    the next line after a backslash (four columns in), broken between arguments only (an
+    option kept with its value), so it still pastes into a shell; an argument wider than the
+    line stays whole."""
+
+    lines: list[str]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        folded = [
+            f"  {part}" for line in self.lines for part in fold_command(line, options.max_width - 2)
+        ]
+        yield Text("\n".join(folded), no_wrap=True, overflow="ignore")
+
+
+def fold_command(line: str, width: int) -> list[str]:
+    r"""``line`` as shell lines of at most ``width`` columns (see :class:`CommandLines`).
+
+    >>> fold_command("diverge show a --against b --step 3", 24)
+    ['diverge show a \\', '  --against b --step 3']
+    >>> fold_command("diverge show a --against b --step 3", 18)
+    ['diverge show a \\', '  --against b \\', '  --step 3']
+    """
+    words = [shlex.quote(w) for w in shlex.split(line)]  # (as a shell splits it)
+    units: list[str] = []  # (an option stays with its value)
+    for word in words:
+        if units and units[-1].startswith("--") and " " not in units[-1] and word[:1] != "-":
+            units[-1] += f" {word}"
+            continue
+        units.append(word)
+    parts: list[str] = []
+    current = ""
+    for word in units:
+        candidate = f"{current} {word}" if current else word
+        if current and len(candidate) + 2 > width:  # (room for " \\")
+            parts.append(f"{current} \\")
+            current = f"  {word}"
+        else:
+            current = candidate
+    return [*parts, current]
 
 
 def divergence_table(d: Divergence) -> KeyValueTable:
@@ -330,5 +379,5 @@ def render_text(comparison: Comparison, width: int = WIDTH) -> str:
     console = Console(
         width=width, record=True, color_system=None, force_terminal=False, file=io.StringIO()
     )
-    console.print(ComparisonReport(comparison))
+    console.print(ComparisonReport(comparison), crop=False)  # (commands stay whole)
     return console.export_text()

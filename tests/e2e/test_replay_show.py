@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
-from tests.conftest import Recorder, run_cli
+from tests.conftest import Recorder, compare_json, run_cli
 
 DUMPED = ("--granularity", "op", "--steps", "0:1", "--dump", "--include", "block*")
 ADDMM = "block.fc/aten.addmm.default"
@@ -70,6 +71,25 @@ def test_show_against_with_numeric_diff(record: Recorder) -> None:
     whole = run_cli("show", str(a), "--step", "0", "--limit", "100000", "--json")  # every record
     names = {r["a"]["name"] for r in json.loads(whole.stdout)["records"]}
     assert {"block", "block.fc", "block.fc.weight", "block/aten.bitwise_xor_.Scalar"} <= names
+
+
+def test_compare_suggests_show_and_replay_commands_that_run(record: Recorder) -> None:
+    """An op-level origin dumped in both runs: compare's JSON and its report end with the
+    commands that look closer, and each runs as given."""
+    flip = ("--steps", "2", "--flip-step", "0")
+    a = record("mlp.py", *flip, "--flip-bit", "0", options=DUMPED)
+    b = record("mlp.py", *flip, "--flip-bit", "1", options=DUMPED)
+    code, report = compare_json(a, b)
+    assert code == 1 and report["first_divergence"]["kind"] == "op_output"
+    show, replay = report["commands"]
+    assert show.startswith(f"diverge show {a} --against {b} --step 0 --probe ")
+    assert replay.startswith(f"diverge replay {a} --step 0 --op ")
+    assert run_cli(*shlex.split(show)[1:]).returncode == 1  # (the records differ)
+    replayed = run_cli(*shlex.split(replay)[1:], "--json")
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["status"] == "stable"
+    text = run_cli("compare", str(a), str(b)).stdout
+    assert "\nInspect\n" in text and all(len(line) <= 100 for line in text.splitlines())
 
 
 def test_show_of_a_step_the_run_does_not_hold_names_its_steps(record: Recorder) -> None:

@@ -8,36 +8,63 @@ from types import SimpleNamespace
 
 import pytest
 
+from divergence.compare.model import Comparison, Divergence, ProcessComparison, Resume
 from divergence.errors import CorruptRunError
 from divergence.record.hunt import hunt
+from divergence.report.commands import divergence_commands
 from divergence.report.hunt import inspect_commands
 
+OP = "noise/aten.uniform_.default"
 
-def hunt_with_first(occurrence: tuple[int, int] | None) -> SimpleNamespace:
-    first = SimpleNamespace(
-        location="noise/aten.uniform_.default", step=0, kind="op_output", occurrence=occurrence
+
+def comparison_with(
+    occurrence: tuple[int, int] | None,
+    a: Path = Path("h/zoom1"),
+    b: Path = Path("h/zoom2"),
+    dumped: bool = True,
+    reason: str = "value",
+) -> Comparison:
+    """One process whose first divergence is an op output at step 0 (dumped in both runs:
+    a numeric diff)."""
+    first = Divergence(reason, "process0", 0, "forward", "op_output", OP, 0, occurrence=occurrence)
+    first.numeric = object() if dumped else None
+    process = ProcessComparison(
+        "process0", a / "p.h5", b / "p.h5", 9, 1, 1, True, True, first, None
     )
-    zoom = SimpleNamespace(
-        a=Path("h/zoom1"), b=Path("h/zoom2"), comparison=SimpleNamespace(first=first)
-    )
-    return SimpleNamespace(pairs=[], zoom=zoom)
+    return Comparison(a, b, [], [process])
+
+
+def replays(comparison: Comparison) -> list[str]:
+    return [c for c in divergence_commands(comparison) if c.startswith("diverge replay")]
 
 
 def test_replay_is_told_which_call_of_the_op_parted() -> None:
-    replay = [
-        c for c in inspect_commands(hunt_with_first((2, 2))) if c.startswith("diverge replay")
+    assert replays(comparison_with((2, 2))) == [
+        f"diverge replay h/zoom1 --step 0 --op {OP} --call 1"
     ]
-    assert replay == ["diverge replay h/zoom1 --step 0 --op noise/aten.uniform_.default --call 1"]
-    once = [c for c in inspect_commands(hunt_with_first(None)) if c.startswith("diverge replay")]
-    assert once == ["diverge replay h/zoom1 --step 0 --op noise/aten.uniform_.default"]
+    assert replays(comparison_with(None)) == [f"diverge replay h/zoom1 --step 0 --op {OP}"]
+    # (replay needs the op's dumped inputs: none where the output was not dumped)
+    assert replays(comparison_with(None, dumped=False)) == []
+    assert divergence_commands(comparison_with(None)) == [
+        f"diverge show h/zoom1 --against h/zoom2 --step 0 --probe {OP}",
+        f"diverge replay h/zoom1 --step 0 --op {OP}",
+    ]
+
+
+def test_nothing_to_show_across_a_resume_or_after_a_length_divergence() -> None:
+    resumed = comparison_with(None)
+    resumed.processes[0].resume = Resume("B", 4, 2)
+    assert divergence_commands(resumed) == []
+    assert divergence_commands(comparison_with(None, reason="length")) == []
 
 
 def test_paths_with_spaces_are_quoted_for_the_shell() -> None:
-    hunt = hunt_with_first(None)
-    hunt.zoom.a, hunt.zoom.b = Path("/tmp/my hunt/zoom1"), Path("/tmp/my hunt/zoom2")
-    hunt.pairs = [SimpleNamespace(a=Path("/tmp/my hunt/run1"), b=Path("/tmp/my hunt/run2"))]
-    commands = inspect_commands(hunt)
+    a, b = Path("/tmp/my hunt/zoom1"), Path("/tmp/my hunt/zoom2")
+    zoom = SimpleNamespace(a=a, b=b, comparison=comparison_with(None, a, b))
+    pairs = [SimpleNamespace(a=Path("/tmp/my hunt/run1"), b=Path("/tmp/my hunt/run2"))]
+    commands = inspect_commands(SimpleNamespace(pairs=pairs, zoom=zoom))  # type: ignore[arg-type]
     assert commands[0] == "diverge compare '/tmp/my hunt/run1' '/tmp/my hunt/run2'"
+    assert len(commands) == 4
     assert all(shlex.split(c)[2].startswith("/tmp/my hunt/") for c in commands)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 
 import pytest
 from rich.console import Console, Group, RenderableType
@@ -57,12 +58,23 @@ def test_info_takes_a_width() -> None:
     assert run_cli("info", "--width", "39", run).returncode == 2
 
 
-def test_a_suggested_command_longer_than_the_width_stays_one_line() -> None:
-    command = "diverge show runs/hunt/zoom1 --against runs/hunt/zoom2 --step 12 --probe 'a/b/c'"
+def test_a_suggested_command_longer_than_the_width_continues_as_a_shell_reads_it() -> None:
+    command = "diverge show runs/hunt/zoom1 --against runs/hunt/zoom2 --step 12 --probe 'a b/c'"
     # (in a Group, as in a report: print() would merge a bare Text into a new one)
-    assert render(Group(commands([command, "diverge compare a b"])), 40) == [
-        f"  {command}",
+    lines = render(Group(commands([command, "diverge compare a b"])), 40)
+    assert lines == [
+        "  diverge show runs/hunt/zoom1 \\",
+        "    --against runs/hunt/zoom2 \\",
+        "    --step 12 --probe 'a b/c'",
         "  diverge compare a b",
+    ]
+    assert all(len(line) <= 40 for line in lines)
+    pasted = " ".join(line.removesuffix("\\") for line in lines[:3])
+    assert shlex.split(pasted) == shlex.split(command)
+    # an argument wider than the line stays whole
+    assert render(Group(commands(["diverge show " + "x" * 50])), 40) == [
+        "  diverge show \\",
+        "    " + "x" * 50,
     ]
 
 

@@ -1,0 +1,57 @@
+"""The commands that look closer at a comparison's first divergence, as a report prints them:
+``diverge show`` for the records of its step side by side (values and a numeric diff where they
+were dumped), and ``diverge replay`` for an aten op whose inputs were dumped.
+
+>>> # divergence_commands(compare_runs("a", "b"))
+>>> # ['diverge show a --against b --step 3 --probe fc', ...]
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from divergence.compare.explain import split_op_name
+from divergence.compare.model import Comparison
+
+
+def divergence_commands(comparison: Comparison) -> list[str]:
+    """``diverge show`` (and ``diverge replay`` for an op output whose run dumped it) at the
+    first value or structure divergence; none across a resume, whose step numbers differ
+    between the runs, and none for a length divergence (nothing to set side by side)."""
+    d = comparison.first
+    if d is None or d.reason == "length" or d.unreadable:
+        return []
+    process = next(p for p in comparison.processes if p.first is d)
+    if process.resume is not None:
+        return []
+    # (a run of several processes: show reads one file)
+    single = len(comparison.processes) == 1
+    a = quoted(comparison.run_a if single else process.path_a)
+    b = quoted(comparison.run_b if single else process.path_b)
+    probe = shlex.quote(d.location)
+    lines = [f"diverge show {a} --against {b} --step {d.step} --probe {probe}"]
+    op = split_op_name(d.location)[1]
+    if op.startswith("aten.") and d.kind == "op_output" and d.numeric is not None:
+        # the step's k-th call of the op (counted from 1, as the report says) is replay's
+        # --call k-1
+        call = f" --call {d.occurrence[0] - 1}" if d.occurrence else ""
+        lines.append(f"diverge replay {a} --step {d.step} --op {probe}{call}")
+    return lines
+
+
+def quoted(path: Path) -> str:
+    """:func:`short`, quoted for a shell where it needs it (a space in the -o directory).
+
+    >>> quoted(Path("/no where/run1"))
+    "'/no where/run1'"
+    """
+    return shlex.quote(short(path))
+
+
+def short(path: Path) -> str:
+    """``path`` relative to the working directory when it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
