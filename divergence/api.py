@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -131,9 +132,9 @@ def probe(value: T, name: str) -> T:
     ``value`` is a tensor (torch or TensorFlow) or a list/tuple/dict/dataclass of tensors
     (each a record of its own: slot 0, 1, ... in flattening order; anything else in it, None
     or strings, is passed over), a numpy array or a Python number. A value holding none of
-    these records nothing. The phase is ``forward``, or ``backward`` when called during a
-    backward pass (from a tensor hook). Outside a recorder it does nothing, so a probed
-    script also runs unrecorded.
+    these records nothing, which is said once per name on stderr. The phase is ``forward``,
+    or ``backward`` when called during a backward pass (from a tensor hook). Outside a
+    recorder it does nothing, so a probed script also runs unrecorded.
 
     >>> probe(3, "three")  # not recording: a no-op
     3
@@ -142,9 +143,14 @@ def probe(value: T, name: str) -> T:
         raise TypeError(f"divergence.probe: name must be a str, not {type(name).__name__}")
     session = active()
     if session is not None and session.begin_event() and session.wants(name):
-        for handler in session.probe_handlers:
-            if handler(session, value, name):
-                break
+        recorded = any(handler(session, value, name) for handler in session.probe_handlers)
+        if not recorded and name not in session.unprobed:
+            session.unprobed.add(name)
+            print(
+                f"diverge: probe {name!r} recorded nothing: a {type(value).__name__} holds no "
+                "tensor, numpy array or number (said once for this name)",
+                file=sys.stderr,
+            )
     return value
 
 

@@ -89,6 +89,7 @@ class Session:
         # type of a pending device value -> the framework function that resolves a list of them
         self.resolvers: dict[type, Callable[[list[object]], list[int]]] = {}
         self.probe_handlers: list[Callable[[Session, object, str], bool]] = []
+        self.unprobed: set[str] = set()  # probe names said once to have recorded nothing
         self.writer: RunFileWriter | None = None
         self.records_written = 0
         self.seeds: list[dict[str, Any]] = []

@@ -168,6 +168,29 @@ def test_a_probed_pytree_names_each_slot_by_its_key(tmp_path: Path) -> None:
     assert keys == ["logits", "cache.0", "cache.1"]
 
 
+def test_a_probe_that_records_nothing_says_so_once_per_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Recorder(tmp_path / "run"):
+        for _ in range(2):
+            divergence.probe(None, "mask")
+            divergence.probe(["a", None], "labels")
+            divergence.probe(1.5j, "scale")  # (a number: recorded)
+            divergence.probe("text", "caption")
+            divergence.step()
+    said = [line for line in capsys.readouterr().err.splitlines() if "recorded nothing" in line]
+    assert said == [
+        "diverge: probe 'mask' recorded nothing: a NoneType holds no tensor, numpy array or "
+        "number (said once for this name)",
+        "diverge: probe 'labels' recorded nothing: a list holds no tensor, numpy array or "
+        "number (said once for this name)",
+        "diverge: probe 'caption' recorded nothing: a str holds no tensor, numpy array or "
+        "number (said once for this name)",
+    ]
+    names = [name for name, _ in records(tmp_path / "run")]
+    assert names.count("scale") == 2 and not {"mask", "labels", "caption"} & set(names)
+
+
 def test_weights_drawn_from_numpy_before_the_recorder_keep_numpy_as_evidence(
     tmp_path: Path,
 ) -> None:
