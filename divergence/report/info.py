@@ -71,10 +71,18 @@ class RunSummary:
         """A file unreadable or a rank missing: ``info`` exits 2."""
         return bool(self.unreadable or self.missing)
 
+    @property
+    def status(self) -> str:
+        """``damaged`` (a file cannot be read), ``missing`` (every file reads, but a rank
+        below the world size has none) or ``ok``."""
+        if self.unreadable:
+            return "damaged"
+        return "missing" if self.missing else "ok"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "diverge.info/1",
-            "status": "damaged" if self.damaged else "ok",  # (damaged: exit 2)
+            "status": self.status,  # (not ok: exit 2)
             "run": str(self.path),
             "processes": [{**p.__dict__, "path": str(p.path)} for p in self.processes],
             "unreadable": self.unreadable,
