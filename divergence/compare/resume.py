@@ -76,8 +76,9 @@ def _initial_parameters(run: RunFile) -> np.ndarray:
     records = run.records
     if not records.size:
         return records
-    mine = (records["phase"] == Phase.INIT) & (records["kind"] == Kind.PARAM)
-    return records[mine & (records["step"] == records["step"][0])]
+    # (steps never go back in a file: the first step's rows are a prefix)
+    first = records[: int(np.searchsorted(records["step"], records["step"][0], side="right"))]
+    return first[(first["phase"] == Phase.INIT) & (first["kind"] == Kind.PARAM)]
 
 
 def _resumed_after(resumed: RunFile, original: RunFile) -> tuple[int, int] | None:
