@@ -31,6 +31,7 @@ from divergence.store.schema import (
     TARGETS,
     UNINITIALISED,
     WRITTEN_BUFFER,
+    WRITTEN_WHOLE,
     Kind,
     Phase,
     note_parts,
@@ -542,7 +543,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     reasons = {i: run.strings[records["note"][i]] for i in skipped}
     # A buffer of uninitialised memory that the op writes (dropout's bernoulli_ into an
     # empty_like) is not an input whose value could have carried the difference in.
-    buffers = [i for i in skipped if reasons[i] == WRITTEN_BUFFER]
+    buffers = [i for i in skipped if reasons[i] in WRITTEN_WHOLE]
     garbage = [i for i in skipped if i not in buffers and reasons[i].startswith(UNINITIALISED)]
     unknown = len(skipped) - len(buffers) - len(garbage)
     divergence.origin = True if len(buffers) == len(skipped) else None
@@ -550,8 +551,10 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
         f"{_code(op)} input{'s' if len(inputs) > 1 else ''} {_slots(records, inputs)}"
     ]
     notes = [f"{unknown} input(s) were not fingerprinted"] if unknown else []
-    if buffers:
+    if buffers and all(reasons[i] == WRITTEN_BUFFER for i in buffers):
         notes.append(f"input {_slots(records, buffers)} held uninitialised memory, which it writes")
+    elif buffers:
+        notes.append(f"input {_slots(records, buffers)} is written whole by it, not read")
     if garbage:
         notes.append(f"it read uninitialised memory (input {_slots(records, garbage)})")
     detail = f" ({'; '.join(notes)})" if notes else ""

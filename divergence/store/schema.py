@@ -115,6 +115,10 @@ MAX_DIMS = 8  # used by in-graph probe tables (frameworks/tensorflow)
 # The note of a skipped op input that held uninitialised memory the op writes (dropout's
 # ``bernoulli_`` into an ``empty_like``): a buffer, not a value that could carry a difference.
 WRITTEN_BUFFER = "uninitialised memory, which the op writes: not compared"
+# The note of a skipped op input that the op overwrites whole without reading it (the
+# destination of ``copy_``, ``fill_``, ``zero_``, a random fill): its old contents never matter.
+OVERWRITTEN = "overwritten whole by the op, which does not read it: not compared"
+WRITTEN_WHOLE = frozenset({WRITTEN_BUFFER, OVERWRITTEN})  # a buffer the op writes, either way
 UNINITIALISED = "uninitialised memory"  # how every such note starts (FORMAT.md)
 # Notes of a module's input and output records when the module has hooks of its own: torch runs
 # the recorder's global hooks first, so these records hold the values before those ran.

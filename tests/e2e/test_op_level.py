@@ -315,3 +315,33 @@ def test_replay_rebuilds_a_buffer_the_op_writes(tmp_path: Path) -> None:
     # each execution starts from one generator state: a random op replays stable
     assert len(result.outputs) == 3 and result.stable, result.outputs
     assert torch.equal(torch.get_rng_state(), before)  # the caller's generator is untouched
+
+
+def test_a_destination_an_op_overwrites_whole_is_not_compared(record: Recorder) -> None:
+    """``copy_`` into a fresh ``torch.empty`` buffer: what the buffer held before is another
+    run's leftover memory, which the copy overwrites without reading. Recorded as skipped (as
+    ``zero_``'s destination is), so two runs of the training match."""
+    from divergence.store.run import Run
+    from divergence.store.schema import OVERWRITTEN, WRITTEN_WHOLE, Kind
+
+    runs = [record("copied_grads.py", options=("--granularity", "op"), tag=t) for t in "ab"]
+    code, report = compare_json(*runs)
+    assert code == 0, report["first_divergence"]
+    file = Run.open(runs[0]).processes[0].load()
+    destinations = [
+        (int(r["status"]), file.strings[r["note"]])
+        for r in file.records
+        if file.strings[r["name"]].endswith("aten.copy_.default")
+        and r["kind"] == Kind.OP_INPUT
+        and r["slot"] == 0
+    ]
+    # (a buffer the recorder saw made by ``empty`` is noted as uninitialised memory)
+    assert destinations and all(d[0] == 1 and d[1] in WRITTEN_WHOLE for d in destinations)
+    filled = record("copied_grads.py", "--fill", options=("--granularity", "op"))
+    file = Run.open(filled).processes[0].load()
+    zeroed = [
+        file.strings[r["note"]]
+        for r in file.records
+        if file.strings[r["name"]].endswith("aten.zero_.default") and r["kind"] == Kind.OP_INPUT
+    ]
+    assert zeroed and set(zeroed) == {OVERWRITTEN}

@@ -55,7 +55,7 @@ from divergence.frameworks.torch.fingerprint import (
     to_host,
 )
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import WRITTEN_BUFFER, Kind, Phase
+from divergence.store.schema import OVERWRITTEN, WRITTEN_BUFFER, Kind, Phase
 
 OP_INPUT, OP_OUTPUT = Kind.OP_INPUT, Kind.OP_OUTPUT  # read per op: module constants
 # Ops whose outputs are uninitialised memory (op packet names).
@@ -71,6 +71,24 @@ UNINITIALISED = frozenset(
         "resize_as_",
         "_empty_affine_quantized",
         "_empty_per_channel_affine_quantized",
+    }
+)
+
+# In-place ops that overwrite every element of the argument they write without reading it
+# (op packet names): its old contents never matter, and may be another run's leftover memory.
+OVERWRITES = frozenset(
+    {
+        "copy_",
+        "fill_",
+        "zero_",
+        "uniform_",
+        "normal_",
+        "bernoulli_",
+        "random_",
+        "exponential_",
+        "geometric_",
+        "cauchy_",
+        "log_normal_",
     }
 )
 
@@ -268,8 +286,9 @@ class OpRecorder(OpZoom):
             # An argument the op writes is read past the cache: the cache may hold a value
             # stored under the same version by an earlier alias of it.
             cached = id(t) not in written_ids
+            overwritten = not cached and info.overwrites
             fingerprint = self._add(
-                phase, OP_INPUT, name, t, slot, dump, cached, note, written=not cached
+                phase, OP_INPUT, name, t, slot, dump, cached, note, not cached, overwritten
             )
             if not fingerprint.skipped:  # a skipped record's note is its reason
                 note = ""
@@ -305,10 +324,15 @@ class OpRecorder(OpZoom):
         cached: bool,
         note: str = "",
         written: bool = False,
+        overwritten: bool = False,
     ) -> Fingerprint:
         s = self.session
         if self.garbage and _storage(t) in self.garbage:
             skipped = _skip(t, WRITTEN_BUFFER if written else "uninitialised memory: not compared")
+            s.add(phase, kind, name, skipped, slot)
+            return skipped
+        if overwritten:
+            skipped = _skip(t, OVERWRITTEN)
             s.add(phase, kind, name, skipped, slot)
             return skipped
         fingerprint = self.cache.get(t, cached)
@@ -335,6 +359,7 @@ class _OpInfo:
     view: bool  # its output aliases an input
     uninitialised: bool  # its output is uninitialised memory
     written: tuple[tuple[int, str], ...]  # (position, name) of each argument it writes
+    overwrites: bool  # it overwrites what it writes whole, without reading it
 
     @classmethod
     def of(cls, func: Any) -> _OpInfo:
@@ -343,6 +368,7 @@ class _OpInfo:
             mutable=schema.is_mutable,
             view=func.is_view,
             uninitialised=func.overloadpacket.__name__ in UNINITIALISED,
+            overwrites=func.overloadpacket.__name__ in OVERWRITES,
             written=tuple(
                 (index, argument.name)
                 for index, argument in enumerate(schema.arguments)

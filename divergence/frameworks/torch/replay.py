@@ -22,7 +22,7 @@ from divergence.errors import UsageError
 from divergence.frameworks.torch.calls import decode_call
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor
 from divergence.store.reader import RunFile
-from divergence.store.schema import WRITTEN_BUFFER, Kind, parse_shape
+from divergence.store.schema import WRITTEN_WHOLE, Kind, parse_shape
 
 # aten ops that draw from a generator (in place or not, any overload)
 RANDOM_OPS = re.compile(
@@ -246,13 +246,13 @@ def _has_op_records(file: RunFile, step: int) -> bool:
 
 
 def _input(file: RunFile, row: int, device: str, pattern: str) -> torch.Tensor:
-    """An input as recorded; a buffer of uninitialised memory that the op writes is rebuilt
-    empty (its old contents never mattered)."""
+    """An input as recorded; a buffer that the op writes whole (uninitialised memory, or a
+    destination it does not read) is rebuilt empty (its old contents never mattered)."""
     records = file.records
     if not records["status"][row]:
         return _load(file, row, device)
     reason = file.strings[records["note"][row]]
-    if reason != WRITTEN_BUFFER:
+    if reason not in WRITTEN_WHOLE:
         raise UsageError(
             f"input {records['slot'][row]} of {pattern!r} was not fingerprinted ({reason}), "
             "so the call cannot be replayed"
