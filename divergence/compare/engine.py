@@ -603,18 +603,28 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     if a.records.size == b.records.size:  # same records, but one process did not close its file
         shorter, which = (a, "A") if not a.complete else (b, "B")
     last = probe_at(shorter, n - 1) if n else None
-    step = last.step + 1 if last else 0
+    # (with nothing in common, where the longer run starts: a resumed run's first step)
+    step = last.step + 1 if last else int(longer.records["step"][0]) if longer.records.size else 0
     common = n - int(np.searchsorted(shorter.step_ends, n))  # (step-end markers are no records)
     divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
     config = shorter.meta.get("record_config")
     window = config.get("steps", "") if isinstance(config, dict) else ""
     stopped = isinstance(window, str) and ":" in window and not window.endswith(":")
     limited = f" (recorded with --steps {window})" if stopped else ""
+    if shorter.complete and shorter.exit_status == 0:
+        divergence.facts["ended"] = "cleanly"
+    ends = f"ends after {shorter.steps_complete} complete steps"
+    goes_on = f"has {longer.steps_complete}"
+    if shorter.source_rows is not None and longer.steps.size:  # (lined up across a resume)
+        ends = (
+            f"ends before step {step}" if not shorter.steps.size else f"ends after step {step - 1}"
+        )
+        goes_on = f"goes on to step {int(longer.steps[-1])}"
     divergence.origin_text = (
-        f"run {which} ends after {shorter.steps_complete} complete steps{limited}"
+        f"run {which} {ends}{limited}"
         f"{'' if shorter.complete else ' and was not closed (killed or crashed)'}"
         f"{_raised(shorter, ', raising ')}; "
-        f"the other run has {longer.steps_complete}; all {common:,} common records match"
+        f"the other run {goes_on}; all {common:,} common records match"
     )
     return divergence
 

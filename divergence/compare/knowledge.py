@@ -52,6 +52,7 @@ LIST_FIELDS = (
     "inputs",
     "modes",
     "resumes",
+    "ends",
 )
 COMPUTE_KINDS = (
     "output",
@@ -99,6 +100,7 @@ class Cause:
     inputs: tuple[str, ...] = ()  # "unmade": an op input no recorded op made differs
     modes: tuple[str, ...] = ()  # "differ": a model in eval mode in one run, training in the other
     resumes: tuple[str, ...] = ()  # "continued": one run resumed the other from a checkpoint
+    ends: tuple[str, ...] = ()  # "cleanly": the shorter run of a length divergence exited 0
     holds_for: str = ""
 
     def applies(
@@ -136,6 +138,7 @@ class Cause:
             and _holds(self.inputs, facts.get("input", ""))
             and _holds(self.modes, facts.get("modes", ""))
             and _holds(self.resumes, facts.get("resume", ""))
+            and _holds(self.ends, facts.get("ended", ""))
         )
 
 

@@ -157,17 +157,32 @@ class Resume:
     run: str
     at_step: int
     parameters: int
+    # left out of the first step compared (compare/resume.py aligned): loader batches the
+    # resumed run skipped, DDP bucket records of both runs
+    unused_batches: int = 0
+    first_buckets: int = 0
 
     @property
     def text(self) -> str:
         other = "B" if self.run == "A" else "A"
-        return (
+        text = (
             f"run {self.run} resumes run {other} at step {self.at_step}: its "
             f"{counted(self.parameters, 'initial parameter')} "
             f"{'equals' if self.parameters == 1 else 'equal'} run {other}'s after step "
             f"{self.at_step - 1}; compared from there, run {self.run}'s steps numbered as run "
             f"{other}'s"
         )
+        if self.unused_batches:
+            text += (
+                f"; the {counted(self.unused_batches, 'loader batch', 'loader batches')} run "
+                f"{self.run} skipped before its first step (resuming mid-epoch) left out"
+            )
+        if self.first_buckets:
+            text += (
+                f"; DDP's gradient buckets of step {self.at_step} left out (a DDP built anew "
+                "lays out its first step's buckets in parameter order)"
+            )
+        return text
 
 
 @dataclass

@@ -37,7 +37,12 @@ from divergence.compare.engine import (
 from divergence.compare.environment import environment_differences
 from divergence.compare.explain import classify, run_facts
 from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
-from divergence.compare.resume import aligned, causal_differences, find_resume
+from divergence.compare.resume import (
+    aligned,
+    causal_differences,
+    find_resume,
+    started_otherwise,
+)
 from divergence.errors import (
     CorruptRunError,
     IncomparableRunsError,
@@ -271,12 +276,16 @@ def _compare_pair(
     known = {e.key for e in comparison.environment}
     comparison.environment.extend(e for e in environment if e.key not in known)
     resume = find_resume(file_a, file_b)
+    unaligned = file_a, file_b
     if resume is not None:  # (B continued A's training from a checkpoint: from there on)
-        file_a, file_b = aligned(file_a, file_b, resume)
+        file_a, file_b, resume = aligned(file_a, file_b, resume)
         if resume.text not in comparison.notes:
             comparison.notes.append(resume.text)
     result = compare_files(key, file_a, file_b)
-    result.resume = resume
+    if resume is not None:
+        result.resume = resume
+        # (the views leave the resumed run's initial values out: what it started from)
+        result.first = started_otherwise(key, *unaligned, resume) or result.first
     first = result.first
     if first is not None:
         if first.reason == "value" and first.kind in (

@@ -34,7 +34,14 @@ def test_a_faithful_resume_is_identical_from_the_step_it_resumed_at(
     code, report = compare_json(original, run)
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
     (process,) = report["processes"]
-    assert process["resume"] == {"run": "B", "at_step": 4, "parameters": 4}
+    # (the 4 batches of the epoch trained before the checkpoint, loaded again and skipped)
+    assert process["resume"] == {
+        "run": "B",
+        "at_step": 4,
+        "parameters": 4,
+        "unused_batches": 4,
+        "first_buckets": 0,
+    }
     assert (process["steps_a"], process["steps_b"]) == (4, 4)  # (steps 4..7 of each)
     assert any(n.startswith("run B resumes run A at step 4") for n in report["notes"])
     # given the other way round, run A is the resumed one
@@ -43,6 +50,7 @@ def test_a_faithful_resume_is_identical_from_the_step_it_resumed_at(
     text = run_cli("compare", str(original), str(run)).stdout
     assert text.startswith("IDENTICAL: ") and "over 4 steps" in text.splitlines()[0]
     assert "note: run B resumes run A at step 4" in text
+    assert "the 4 loader batches run B skipped before its first step" in " ".join(text.split())
 
 
 def test_a_resume_without_the_generator_state_parts_at_the_dropout(
@@ -103,3 +111,29 @@ def test_runs_of_other_initial_weights_are_not_taken_for_a_resume(
     code, report = compare_json(one, other)
     assert code == 1 and report["processes"][0]["resume"] is None
     assert report["first_divergence"]["phase"] == "init"
+
+
+def test_a_layer_built_otherwise_in_the_resumed_run_is_named_at_the_resume(
+    record: Recorder, original: Path, checkpoint: str
+) -> None:
+    code, report = compare_json(original, resumed(record, checkpoint, "--dropout", "0.5"))
+    first = report["first_divergence"]
+    assert (code, first["step"], first["phase"], first["kind"], first["location"]) == (
+        1,
+        4,
+        "init",
+        "hyperparam",
+        "2",
+    )
+    assert first["origin"] is True and first["cause"] == "configuration"
+    assert "p 0.3 in run A, 0.5 in run B" in first["cause_text"]
+
+
+def test_a_resumed_run_that_goes_on_past_the_original_is_a_length_difference(
+    record: Recorder, original: Path, checkpoint: str
+) -> None:
+    code, report = compare_json(original, resumed(record, checkpoint, "--steps", "10"))
+    first = report["first_divergence"]
+    assert (code, first["reason"], first["step"]) == (1, "length", 8)
+    assert first["origin_text"].startswith("run A ends after step 7; the other run goes on to")
+    assert first["cause"] == "length" and "every step both recorded matched" in first["cause_text"]

@@ -46,7 +46,7 @@ def test_a_run_started_from_the_parameters_after_step_2_resumes_at_step_3(
     resume = find_resume(a, b)
     assert resume is not None and (resume.run, resume.at_step, resume.parameters) == ("B", 3, 2)
     assert find_resume(b, a) == type(resume)("A", 3, 2)
-    view_a, view_b = aligned(a, b, resume)
+    view_a, view_b, resume = aligned(a, b, resume)
     # A from step 3 on; B numbered as A, its initial parameters left out
     assert list(view_a.steps) == list(view_b.steps) == [3, 4]
     assert view_a.records.tobytes() == view_b.records.tobytes()
@@ -94,3 +94,57 @@ def test_a_view_reads_the_dump_of_the_file_s_own_row(tmp_path: Path) -> None:
     assert view.dumped_rows == frozenset({2}) and view.source_rows is not None
     assert int(view.source_rows[2]) == 5 and view.step_shift == 7
     assert int(view.records["step"][0]) == int(run.records["step"][3]) + 7
+
+
+def test_ddp_buckets_of_the_first_step_compared_are_left_out(tmp_path: Path) -> None:
+    """A DDP built anew lays out its first step's buckets otherwise: the same values in other
+    buckets. Left out of that step in both runs, said in the note; later buckets compared."""
+    for name, first_bucket in (("a", 7), ("b", 8)):
+        session = new_session(tmp_path / name)
+        begin = 0 if name == "a" else 3
+        for step in range(begin, 5):
+            session.begin_event()
+            if step == begin:
+                for i, param in enumerate(NAMES):
+                    session.add(Phase.INIT, Kind.PARAM, param, fingerprint(20 + i if begin else i))
+            bucket = first_bucket if step == 3 else 100 + step
+            session.add(Phase.COMMUNICATION, Kind.COLLECTIVE_IN, "ddp.bucket0", fingerprint(bucket))
+            for i, param in enumerate(NAMES):
+                session.add(Phase.OPTIMIZER, Kind.PARAM, param, fingerprint(10 * step + i))
+            session.optimizer_stepped()
+        session.finish()
+    comparison = compare_runs(tmp_path / "a", tmp_path / "b")
+    resume = comparison.processes[0].resume
+    assert comparison.identical and resume is not None and resume.first_buckets == 1
+    assert "DDP's gradient buckets of step 3 left out" in comparison.notes[-1]
+
+
+def test_a_state_no_optimizer_writes_is_compared_with_the_original_s_last_one(
+    tmp_path: Path,
+) -> None:
+    """A Keras SeedGenerator's state: an initial parameter, then a buffer after each step.
+    The resume is found from the trained parameters; a state the checkpoint did not restore
+    is the origin, at the step resumed at."""
+    for name, begin, state in (("a", 0, 0), ("b", 3, 0), ("c", 3, 3)):
+        session = new_session(tmp_path / name)
+        for step in range(begin, 5):
+            session.begin_event()
+            if step == begin:
+                for i, param in enumerate(NAMES):
+                    session.add(Phase.INIT, Kind.PARAM, param, fingerprint(20 + i if begin else i))
+                session.add(Phase.INIT, Kind.PARAM, "seed.state", fingerprint(state + 1000))
+            for i, param in enumerate(NAMES):
+                session.add(Phase.OPTIMIZER, Kind.PARAM, param, fingerprint(10 * step + i))
+            session.add(Phase.OPTIMIZER, Kind.BUFFER, "seed.state", fingerprint(step + 1001))
+            session.optimizer_stepped()
+        session.finish()
+    first = compare_runs(tmp_path / "a", tmp_path / "b").first
+    assert first is not None and (first.step, first.phase, first.location) == (
+        3,
+        "init",
+        "seed.state",
+    )
+    assert first.origin is True and "does not hold or it did not restore" in first.origin_text
+    assert first.cause == "initialisation" and "SeedGenerator" in first.cause_text
+    # restored (the original's state after step 2): identical
+    assert compare_runs(tmp_path / "a", tmp_path / "c").identical
