@@ -33,6 +33,8 @@ NO_ZOOM_KINDS = {
     "batch": "the batch differs before the model ran: the data pipeline, not an op",
     "rng_state": "a generator state differs at the step start",
     "param": "the parameters differ",  # at init (in the optimizer phase the zoom does apply)
+    "hyperparam": "a setting differs (a layer's or an optimizer's): given to the program, not "
+    "computed by an op",
 }
 
 

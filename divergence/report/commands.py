@@ -30,7 +30,9 @@ def divergence_commands(comparison: Comparison) -> list[str]:
     a = quoted(comparison.run_a if single else process.path_a)
     b = quoted(comparison.run_b if single else process.path_b)
     probe = shlex.quote(d.location)
-    lines = [f"diverge show {a} --against {b} --step {d.step} --probe {probe}"]
+    # (a structure divergence: the whole step, where the runs' records part)
+    only = f" --probe {probe}" if d.reason == "value" else ""
+    lines = [f"diverge show {a} --against {b} --step {d.step}{only}"]
     op = split_op_name(d.location)[1]
     if op.startswith("aten.") and d.kind == "op_output" and d.numeric is not None:
         # the step's k-th call of the op (counted from 1, as the report says) is replay's

@@ -56,6 +56,9 @@ def test_nothing_to_show_across_a_resume_or_after_a_length_divergence() -> None:
     resumed.processes[0].resume = Resume("B", 4, 2)
     assert divergence_commands(resumed) == []
     assert divergence_commands(comparison_with(None, reason="length")) == []
+    # a structure divergence: the whole step, where the records part
+    structure = comparison_with(None, reason="structure", dumped=False)
+    assert divergence_commands(structure) == ["diverge show h/zoom1 --against h/zoom2 --step 0"]
 
 
 def test_paths_with_spaces_are_quoted_for_the_shell() -> None:
@@ -75,3 +78,13 @@ def test_a_damaged_reference_is_refused_before_anything_is_recorded(tmp_path: Pa
     with pytest.raises(CorruptRunError):
         hunt(["python", "-c", "raise SystemExit(3)"], tmp_path / "hunt", against=reference)
     assert not (tmp_path / "hunt").exists()
+
+
+def test_a_setting_that_differs_is_not_zoomed() -> None:
+    """A layer's or an optimizer's settings are given to the program: no op computes them."""
+    from divergence.record.hunt import _zoom_skip_reason
+
+    setting = Divergence("value", "process0", 0, "init", "hyperparam", "dense", 0)
+    assert _zoom_skip_reason(setting).startswith("a setting differs")
+    output = Divergence("value", "process0", 0, "forward", "output", "dense", 0)
+    assert _zoom_skip_reason(output) == ""

@@ -141,3 +141,29 @@ def test_an_openblas_thread_variable_stays_a_cause() -> None:
     divergence.facts = {"framework": "torch", "device": "cpu", "layout": "same"}
     variable = EnvDifference("env.OPENBLAS_NUM_THREADS", "1", "2")
     assert classify(divergence, [variable])[0] == "environment"
+
+
+def test_index_put_accumulating_on_the_cpu_is_named_before_the_cpu_compute_cause() -> None:
+    """index_put(accumulate=True) is nondeterministic on the CPU at more than one thread (the
+    backward of x[idx]); index_add is not, and keeps the general CPU cause."""
+    facts = {**TORCH, "generators": "matched"}
+    op = {**facts, "op": "aten.index_put_.default"}
+    found = match_cause("value", "op_output", "Net/aten.index_put_.default", [], "backward", op)
+    assert found is not None and found.cause == "compute"
+    assert "accumulate=True" in found.summary and "use_deterministic_algorithms" in found.fix
+    add = {**facts, "op": "aten.index_add_.default"}
+    found = match_cause("value", "op_output", "Net/aten.index_add_.default", [], "backward", add)
+    assert found is not None and "CPU kernels give the same bits" in found.summary
+
+
+def test_a_resumed_run_s_cause_comes_before_the_general_ones() -> None:
+    resumed = {**TORCH, "resume": "continued"}
+    found = match_cause("value", "param", "fc.weight", [], "optimizer", facts=resumed)
+    assert found is not None and "optimizer.load_state_dict()" in found.fix
+    found = match_cause("length", "step_end", "", [], "marker", facts=resumed)
+    assert found is not None and "continued the other's training" in found.summary
+    ended = {**TORCH, "ended": "cleanly"}
+    found = match_cause("length", "step_end", "", [], "marker", facts=ended)
+    assert found is not None and "ended cleanly" in found.summary
+    found = match_cause("length", "step_end", "", [], "marker", facts=TORCH)
+    assert found is not None and "killed, crashed" in found.summary
