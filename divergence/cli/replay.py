@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from divergence.errors import ExitCode, UsageError
+from divergence.wording import counted
 
 
 @click.command(help=__doc__)
@@ -62,10 +63,18 @@ def replay(
         click.echo(f"  op        {result.name} (step {step}, call {call})")
         click.echo(f"  device    {device}, {result.threads} thread(s)")
         click.echo(f"  recorded  {' '.join(f'{v:016x}' for v in result.recorded)}")
-        for i, outputs in enumerate(result.outputs[:10]):
+        for i, outputs in enumerate(result.outputs[:SHOWN_RUNS]):
             click.echo(f"  run {i + 1:<5} {' '.join(f'{v:016x}' for v in outputs)}")
+        if len(result.outputs) > SHOWN_RUNS:
+            click.echo(
+                f"  ... {len(result.outputs) - SHOWN_RUNS} more runs not shown "
+                f"({counted(result.distinct, 'distinct output')} in all; --json lists every run)"
+            )
     # (a random op's replays draw anew: varying outputs there prove nothing about the op)
     return int(ExitCode.DIVERGED if result.status == "varies" else ExitCode.IDENTICAL)
+
+
+SHOWN_RUNS = 10  # executions listed one per line (the verdict counts them all)
 
 
 def _check_device(torch: Any, device: str) -> None:

@@ -10,10 +10,12 @@ Exit status: 0, or 1 when --against finds a record that differs or that only one
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 import click
 
+from divergence.cli.options import width_option
 from divergence.errors import ExitCode
 
 
@@ -33,6 +35,7 @@ from divergence.errors import ExitCode
     "--other-scripts", is_flag=True, help="With --against: runs of another script name too."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (diverge.show/1).")
+@width_option
 def show(
     run: str,
     against: str | None,
@@ -41,6 +44,7 @@ def show(
     limit: int,
     other_scripts: bool,
     as_json: bool,
+    width: int | None,
 ) -> int:
     from divergence.compare.show import Shown, show_probes
 
@@ -61,8 +65,11 @@ def show(
         }
         click.echo(json.dumps(data, indent=2))
     else:
+        from divergence.report.terminal import report_width
+
+        columns = width or report_width()
         for item in shown:
-            click.echo("\n".join(_lines(item)))
+            click.echo("\n".join(wrapped(line, columns) for line in _lines(item)))
         if left_off:
             click.echo(_left_off_line(left_off))
     return int(ExitCode.DIVERGED if differs else ExitCode.IDENTICAL)
@@ -77,6 +84,27 @@ def _left_off_line(left_off: list[Any]) -> str:
     return f"... {counted(len(left_off), 'more record')} not shown{differ}; --limit N shows more"
 
 
+def wrapped(line: str, width: int) -> str:
+    """``line`` folded at spaces to ``width`` columns, its continuations two columns further in
+    than it (a word longer than the width stays whole).
+
+    >>> print(wrapped("  skipped: uninitialised memory, which the op writes", 30))
+      skipped: uninitialised
+        memory, which the op
+        writes
+    """
+    if len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.fill(
+        line,
+        width,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def _lines(s: object) -> list[str]:
     from divergence.compare.show import Shown
 
@@ -84,7 +112,8 @@ def _lines(s: object) -> list[str]:
     probe = s.probe
     kind = probe.kind.replace("_", " ")
     where = f"{probe.phase}  {kind} {probe.slot}  {probe.name}"
-    lines = [f"step {probe.step}  {where}  {probe.type_text}"]
+    call = f"  (call {s.occurrence[0]} of {s.occurrence[1]})" if s.occurrence else ""
+    lines = [f"step {probe.step}  {where}  {probe.type_text}{call}"]
     a = s.a
     if a is None:
         prints = f"B {probe.fingerprint:016x}   only in B"

@@ -394,14 +394,14 @@ def probe_at(file: RunFile, row: int) -> Probe:
 def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
     divergence = Divergence("value", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
-    divergence.occurrence = _occurrence(a, row)
+    divergence.occurrence = occurrence(a, row)
     explain_origin(divergence, a, row)
     explain_modes(divergence, a, b, row)
     divergence.numeric = _numeric(a, b, row, pa)
     return divergence
 
 
-def _occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
+def occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
     """(k, n) when ``row``'s step holds n > 1 records of its probe (name, kind, slot, phase)
     and it is the k-th; None for a probe recorded once in the step."""
     records = run.records

@@ -8,6 +8,7 @@ too ("only in A" / "only in B").
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -35,6 +36,9 @@ class Shown:
     dumped: bool = False
     note: str = ""
     numeric: Any = None  # compare.numeric.NumericDiff
+    # (k, n): the k-th of n records of its probe in the step (an op called n times), as the
+    # compare report says "call k of n"; None for a probe recorded once
+    occurrence: tuple[int, int] | None = None
 
     @property
     def probe(self) -> Probe:
@@ -72,6 +76,7 @@ class Shown:
             "dumped": self.dumped,
             "note": self.note,
             "numeric": self.numeric.to_json() if self.numeric is not None else None,
+            "occurrence": list(self.occurrence) if self.occurrence else None,
         }
 
 
@@ -100,6 +105,11 @@ def show_probes(
             )
     keys_a = _keys(file_a, step)
     shown = [_shown(file_a, row) for row in rows]
+    totals = Counter(key[:5] for key in keys_a.values())
+    for item, row in zip(shown, rows, strict=True):
+        key = keys_a[row]
+        if totals[key[:5]] > 1:
+            item.occurrence = (key[5] + 1, totals[key[:5]])
     if file_b is not None:
         index_b = _keyed(file_b, step)
         for index, (item, row) in enumerate(zip(shown, rows, strict=True)):

@@ -21,6 +21,13 @@ def test_replay_of_a_stable_op(record: Recorder) -> None:
     assert data["matches_recorded"] is True and data["times"] == 4
     text = run_cli("replay", str(run), "--step", "0", "--op", ADDMM, "--times", "2").stdout
     assert text.startswith("STABLE: 2 executions gave identical outputs on cpu")
+    text = run_cli("replay", str(run), "--step", "0", "--op", ADDMM, "--times", "12").stdout
+    lines = text.splitlines()
+    assert [line.split()[:2] for line in lines if line.startswith("  run ")][-1] == ["run", "10"]
+    assert (
+        lines[-1]
+        == "  ... 2 more runs not shown (1 distinct output in all; --json lists every run)"
+    )
 
 
 def test_replay_uses_the_recording_s_thread_count(record: Recorder) -> None:
@@ -90,6 +97,23 @@ def test_compare_suggests_show_and_replay_commands_that_run(record: Recorder) ->
     assert json.loads(replayed.stdout)["status"] == "stable"
     text = run_cli("compare", str(a), str(b)).stdout
     assert "\nInspect\n" in text and all(len(line) <= 100 for line in text.splitlines())
+
+
+def test_show_numbers_the_calls_of_an_op_and_fits_its_width(record: Recorder) -> None:
+    """``block.fc``'s backward runs ``aten.mm`` twice: each record says which call it belongs to,
+    as the compare report's "call k of n" does; long lines (an op's call) fold at the width."""
+    run = record("mlp.py", "--steps", "1", options=DUMPED)
+    lines = run_cli("show", str(run), "--step", "0", "--probe", "block.fc/aten.mm*").stdout
+    headers = [h for h in lines.splitlines() if h.startswith("step 0  backward  op output 0")]
+    assert [h.rsplit("  ", 1)[1] for h in headers] == ["(call 1 of 2)", "(call 2 of 2)"]
+    narrow = ("show", str(run), "--step", "0", "--probe", "block.fc/aten.mm*", "--width", "60")
+    lines = run_cli(*narrow).stdout.splitlines()
+    assert max(len(line) for line in lines) <= 60
+    assert any(line.startswith("  call {") for line in lines)
+    data = json.loads(
+        run_cli("show", str(run), "--step", "0", "--probe", "block.fc/aten.mm*", "--json").stdout
+    )
+    assert [r["occurrence"] for r in data["records"]][:3] == [[1, 2], [1, 2], [1, 2]]
 
 
 def test_show_of_a_step_the_run_does_not_hold_names_its_steps(record: Recorder) -> None:
