@@ -167,3 +167,15 @@ def test_a_resumed_run_s_cause_comes_before_the_general_ones() -> None:
     assert found is not None and "ended cleanly" in found.summary
     found = match_cause("length", "step_end", "", [], "marker", facts=TORCH)
     assert found is not None and "killed, crashed" in found.summary
+
+
+def test_random_evidence_outweighs_another_command_line() -> None:
+    """Runs whose command lines differ (an output file's name, say) and whose generators
+    differed before the divergence: the generators are named; without them, the arguments."""
+    found = match_cause("value", "output", "drop", ["argv", "rng.torch.cpu"], "forward", TORCH)
+    assert found is not None and found.cause == "rng"
+    unset = {**KERAS, "global_seed": "unset"}
+    found = match_cause("value", "output", "dense", ["argv"], "forward", facts=unset)
+    assert found is not None and found.cause == "rng" and "global seed" in found.summary
+    found = match_cause("value", "output", "fc", ["argv"], "forward", facts=TORCH)
+    assert found is not None and found.cause == "configuration"
