@@ -130,10 +130,10 @@ SETTING_WIDTH = 40  # the environment table's first column at most
 def environment_table(c: Comparison) -> Table:
     table = Table(box=None, padding=(0, 2), show_edge=False, header_style="dim")
     table.add_column("setting", overflow="fold", max_width=SETTING_WIDTH)
-    table.add_column("run A", overflow="fold", max_width=26)
-    table.add_column("run B", overflow="fold", max_width=26)
+    table.add_column("run A", overflow="fold", max_width=VALUE_WIDTH)
+    table.add_column("run B", overflow="fold", max_width=VALUE_WIDTH)
     for e in c.environment[:20]:  # (Text, not markup: a value may hold "[a]")
-        values = (Text(display_value(e.a)), Text(display_value(e.b)))
+        values = [Text(fold_long_words(display_value(v), VALUE_WIDTH)) for v in (e.a, e.b)]
         table.add_row(Text(fold_at_separators(e.key, SETTING_WIDTH)), *values)
     if len(c.environment) > 20:
         table.add_row(f"... {len(c.environment) - 20} more (see --json)", "", "")
@@ -242,7 +242,24 @@ class KeyValueTable:
         yield table
 
 
-def fold_at_separators(key: str, width: int) -> str:
+VALUE_WIDTH = 26  # the environment table's value columns
+
+
+def fold_long_words(text: str, width: int) -> str:
+    """``text`` with each word longer than ``width`` broken after a parenthesis, a dot, a comma
+    or an underscore (rich breaks the other words at spaces, and would cut these anywhere).
+
+    >>> print(fold_long_words("torch.manual_seed(2276589939) at step 0", 26))
+    torch.manual_seed(
+    2276589939) at step 0
+    """
+    return " ".join(
+        fold_at_separators(word, width, "(.,_") if len(word) > width else word
+        for word in text.split(" ")
+    )
+
+
+def fold_at_separators(key: str, width: int, separators: str = "._") -> str:
     """``key`` in lines of at most ``width`` columns, broken after a dot or an underscore
     where one falls in the line (rich would break a dotted name mid-word); a part longer than
     a line is left to rich's folding.
@@ -255,7 +272,10 @@ def fold_at_separators(key: str, width: int) -> str:
     'env.OMP_NUM_THREADS'
     """
     lines = [""]
-    for part in re.findall(r"[^._]*[._]|[^._]+$", key):
+    separator = f"[{re.escape(separators)}]"
+    for part in re.findall(
+        f"[^{re.escape(separators)}]*{separator}|[^{re.escape(separators)}]+$", key
+    ):
         if lines[-1] and len(lines[-1]) + len(part) > width:
             lines.append("")
         lines[-1] += part
