@@ -212,8 +212,12 @@ def _initial_parameters(run: RunFile) -> np.ndarray:
     records = run.records
     if not records.size:
         return records
-    # (steps never go back in a file: the first step's rows are a prefix)
-    first = records[: int(np.searchsorted(records["step"], records["step"][0], side="right"))]
+    # (steps never go back in a file: the first step's rows are a prefix, up to its last
+    # step-end marker; found among the markers, not the millions of records every compare has)
+    ends = run.step_ends
+    marked = records["step"][ends]
+    last = int(np.searchsorted(marked, records["step"][0], side="right"))
+    first = records[: int(ends[last - 1]) + 1] if last else records
     return first[(first["phase"] == Phase.INIT) & (first["kind"] == Kind.PARAM)]
 
 
