@@ -4,6 +4,7 @@ resume is identical, and each part a resume can leave out is found there and nam
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,15 @@ def original(record: Recorder, checkpoint: str) -> Path:
 
 def resumed(record: Recorder, checkpoint: str, *left_out: str) -> Path:
     return record(SCRIPT, checkpoint, "--resume", *left_out, options=("--dump",))
+
+
+def parted(
+    record: Recorder, original: Path, checkpoint: str, *left_out: str
+) -> tuple[int, dict[str, Any]]:
+    """compare's exit status and first divergence: the original against a resume that leaves
+    ``left_out`` out."""
+    code, report = compare_json(original, resumed(record, checkpoint, *left_out))
+    return code, report["first_divergence"]
 
 
 def test_a_faithful_resume_is_identical_from_the_step_it_resumed_at(
@@ -56,8 +66,7 @@ def test_a_faithful_resume_is_identical_from_the_step_it_resumed_at(
 def test_a_resume_without_the_generator_state_parts_at_the_dropout(
     record: Recorder, original: Path, checkpoint: str
 ) -> None:
-    code, report = compare_json(original, resumed(record, checkpoint, "--without-rng"))
-    first = report["first_divergence"]
+    code, first = parted(record, original, checkpoint, "--without-rng")
     assert code == 1
     assert (first["step"], first["phase"], first["location"]) == (4, "forward", "2")
     assert first["origin"] is True and first["rng_evidence"] == ["torch.cpu from step 4"]
@@ -70,8 +79,7 @@ def test_a_resume_without_the_generator_state_parts_at_the_dropout(
 def test_a_resume_that_restarts_the_data_parts_at_the_first_batch(
     record: Recorder, original: Path, checkpoint: str
 ) -> None:
-    code, report = compare_json(original, resumed(record, checkpoint, "--restart-data"))
-    first = report["first_divergence"]
+    code, first = parted(record, original, checkpoint, "--restart-data")
     assert (code, first["step"], first["phase"], first["kind"]) == (1, 4, "data", "batch")
     assert first["cause"] == "data" and "started its epoch again" in first["cause_text"]
 
@@ -79,8 +87,7 @@ def test_a_resume_that_restarts_the_data_parts_at_the_first_batch(
 def test_a_resume_without_the_optimizer_state_parts_at_the_update(
     record: Recorder, original: Path, checkpoint: str
 ) -> None:
-    code, report = compare_json(original, resumed(record, checkpoint, "--fresh-optimizer"))
-    first = report["first_divergence"]
+    code, first = parted(record, original, checkpoint, "--fresh-optimizer")
     assert (code, first["step"], first["phase"], first["kind"]) == (1, 4, "optimizer", "param")
     assert first["origin"] is True
     assert "optimizer.load_state_dict()" in first["cause_text"]
@@ -89,8 +96,7 @@ def test_a_resume_without_the_optimizer_state_parts_at_the_update(
 def test_a_resume_without_the_scheduler_state_parts_at_the_learning_rate(
     record: Recorder, original: Path, checkpoint: str
 ) -> None:
-    code, report = compare_json(original, resumed(record, checkpoint, "--fresh-scheduler"))
-    first = report["first_divergence"]
+    code, first = parted(record, original, checkpoint, "--fresh-scheduler")
     # (step 4 used the learning rate the optimizer's state holds; the restarted schedule set
     # the next one)
     assert (code, first["step"], first["kind"], first["location"]) == (
@@ -116,8 +122,7 @@ def test_runs_of_other_initial_weights_are_not_taken_for_a_resume(
 def test_a_layer_built_otherwise_in_the_resumed_run_is_named_at_the_resume(
     record: Recorder, original: Path, checkpoint: str
 ) -> None:
-    code, report = compare_json(original, resumed(record, checkpoint, "--dropout", "0.5"))
-    first = report["first_divergence"]
+    code, first = parted(record, original, checkpoint, "--dropout", "0.5")
     assert (code, first["step"], first["phase"], first["kind"], first["location"]) == (
         1,
         4,
@@ -132,8 +137,7 @@ def test_a_layer_built_otherwise_in_the_resumed_run_is_named_at_the_resume(
 def test_a_resumed_run_that_goes_on_past_the_original_is_a_length_difference(
     record: Recorder, original: Path, checkpoint: str
 ) -> None:
-    code, report = compare_json(original, resumed(record, checkpoint, "--steps", "10"))
-    first = report["first_divergence"]
+    code, first = parted(record, original, checkpoint, "--steps", "10")
     assert (code, first["reason"], first["step"]) == (1, "length", 8)
     assert first["origin_text"].startswith("run A ends after step 7; the other run goes on to")
     assert first["cause"] == "length" and "every step both recorded matched" in first["cause_text"]
