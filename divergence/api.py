@@ -147,8 +147,9 @@ def probe(value: T, name: str) -> T:
         if not recorded and name not in session.unprobed:
             session.unprobed.add(name)
             print(
-                f"diverge: probe {name!r} recorded nothing: a {type(value).__name__} holds no "
-                "tensor, numpy array or number (said once for this name)",
+                f"diverge: probe {name!r} recorded nothing from a {type(value).__name__}: it "
+                "takes a tensor or a list, tuple, dict or dataclass of tensors, or a numpy array "
+                "or a number passed alone (said once for this name)",
                 file=sys.stderr,
             )
     return value

@@ -395,10 +395,24 @@ def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
     divergence = Divergence("value", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
     divergence.occurrence = occurrence(a, row)
+    if pa.kind == Kind.OP_OUTPUT.label:
+        divergence.replay_call = replay_call(a, row)
     explain_origin(divergence, a, row)
     explain_modes(divergence, a, b, row)
     divergence.numeric = _numeric(a, b, row, pa)
     return divergence
+
+
+def replay_call(run: RunFile, row: int) -> int | None:
+    """Which call of its op the op output ``row`` belongs to, as ``diverge replay --call``
+    counts them: the calls of the name in the step (every phase), from 0, each opened by its
+    input 0; None when no input of it was recorded."""
+    records = run.records
+    lo = int(np.searchsorted(records["step"], records["step"][row]))
+    block = records[lo:row]
+    opened = (block["name"] == records["name"][row]) & (block["kind"] == Kind.OP_INPUT)
+    calls = int(np.count_nonzero(opened & (block["slot"] == 0)))
+    return calls - 1 if calls else None
 
 
 def occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
@@ -611,8 +625,8 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     window = config.get("steps", "") if isinstance(config, dict) else ""
     stopped = isinstance(window, str) and ":" in window and not window.endswith(":")
     limited = f" (recorded with --steps {window})" if stopped else ""
-    if shorter.complete and shorter.exit_status == 0:
-        divergence.facts["ended"] = "cleanly"
+    if shorter.complete and shorter.exit_status == 0 and not (shorter.end or {}).get("failure"):
+        divergence.facts["ended"] = "cleanly"  # (not killed, not crashed, recorded to the end)
     ends = f"ends after {shorter.steps_complete} complete steps"
     goes_on = f"has {longer.steps_complete}"
     if shorter.source_rows is not None and longer.steps.size:  # (lined up across a resume)

@@ -554,7 +554,11 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     if buffers and all(reasons[i] == WRITTEN_BUFFER for i in buffers):
         notes.append(f"input {_slots(records, buffers)} held uninitialised memory, which it writes")
     elif buffers:
-        notes.append(f"input {_slots(records, buffers)} is written whole by it, not read")
+        plural = len(buffers) > 1
+        notes.append(
+            f"input{'s' if plural else ''} {_slots(records, buffers)} "
+            f"{'are' if plural else 'is'} written whole by it, not read"
+        )
     if garbage:
         notes.append(f"it read uninitialised memory (input {_slots(records, garbage)})")
     detail = f" ({'; '.join(notes)})" if notes else ""

@@ -96,6 +96,9 @@ class Divergence:
     evidence: list[str] = field(default_factory=list)  # why the cause class was chosen
     # a process whose file in one run cannot be read: where it parts is unknown (not step 0)
     unreadable: bool = False
+    # an op output: which call of the op in its step ``diverge replay --call`` takes for it
+    # (replay counts every call of the name in the step, forward and backward, from 0)
+    replay_call: int | None = None
 
     @property
     def label(self) -> str:
@@ -161,6 +164,9 @@ class Resume:
     # resumed run skipped, DDP bucket records of both runs
     unused_batches: int = 0
     first_buckets: int = 0
+    # the other run's parameters were the same after steps at_step - 1 .. alike_until - 1 (an
+    # update that changed nothing): the resume could be at any of them; the first is taken
+    alike_until: int = 0
 
     @property
     def text(self) -> str:
@@ -172,6 +178,11 @@ class Resume:
             f"{self.at_step - 1}; compared from there, run {self.run}'s steps numbered as run "
             f"{other}'s"
         )
+        if self.alike_until > self.at_step:
+            text += (
+                f" (run {other}'s parameters were the same after steps {self.at_step - 1} to "
+                f"{self.alike_until - 1}: the first taken)"
+            )
         if self.unused_batches:
             text += (
                 f"; the {counted(self.unused_batches, 'loader batch', 'loader batches')} run "

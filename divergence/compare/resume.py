@@ -4,7 +4,8 @@ A run B started from run A's checkpoint holds, as its initial parameters, A's pa
 some step ``s``. Compared row by row from step 0, the two part at once ("the initial parameters
 differ"), which says nothing about what a user asks: did the resumed run continue the training
 bit for bit? :func:`find_resume` finds ``s`` from the fingerprints alone (every initial
-parameter of B equal to A's after step ``s``, and not to A's initial ones), and :func:`aligned`
+parameter of B that A's optimizer updates equal to A's after step ``s``, and not to A's initial
+ones), and :func:`aligned`
 shows A from step ``s + 1`` on and B with its steps numbered as A's, each without the initial
 values its first step holds (B's are the ones just matched; A's step ``s + 1`` holds none).
 
@@ -29,8 +30,8 @@ def find_resume(a: RunFile, b: RunFile) -> Resume | None:
     for resumed, original, which in ((b, a, "B"), (a, b, "A")):
         found = _resumed_after(resumed, original)
         if found is not None:
-            step, parameters = found
-            return Resume(which, step + 1, parameters)
+            step, alike_until, parameters = found
+            return Resume(which, step + 1, parameters, alike_until=alike_until + 1)
     return None
 
 
@@ -148,32 +149,31 @@ def started_otherwise(key: str, a: RunFile, b: RunFile, resume: Resume) -> Diver
     phase, as an origin; None when they all match."""
     original, resumed = (a, b) if resume.run == "B" else (b, a)
     mapping = string_mapping(resumed, original)
-    settings = _by_key(original, _rows_of_step(original, 0), Phase.INIT)
-    before = np.arange(int(np.searchsorted(original.records["step"], resume.at_step)))
-    states = _by_key(original, before, None)
-    for row in _rows_of_step(resumed, 0):
+    starts = _rows_of_step(resumed, 0)
+    starts = starts[resumed.records["phase"][starts] == Phase.INIT]
+    starts = starts[np.isin(resumed.records["kind"][starts], list(VALUE_KINDS | {Kind.HYPERPARAM}))]
+    if not starts.size:
+        return None
+    names = np.unique(mapping[resumed.records["name"][starts]])
+    settings = _last_rows(original, _rows_of_step(original, 0), {Kind.HYPERPARAM}, names)
+    before = int(np.searchsorted(original.records["step"], resume.at_step))
+    states = _last_rows(original, np.arange(before), VALUE_KINDS, names)
+    for row in starts:
         r = resumed.records[row]
-        if r["phase"] != Phase.INIT or r["kind"] not in (Kind.HYPERPARAM, Kind.PARAM, Kind.BUFFER):
-            continue
-        known = settings if r["kind"] == Kind.HYPERPARAM else states
-        other = known.get((int(mapping[r["name"]]), int(r["slot"]), r["kind"] == Kind.HYPERPARAM))
+        setting = r["kind"] == Kind.HYPERPARAM
+        other = (settings if setting else states).get((int(mapping[r["name"]]), int(r["slot"])))
         if other is None:
             continue
         o = original.records[other]
-        if (o["fp"], o["dtype"], o["shape"]) == (
-            r["fp"],
-            mapping[r["dtype"]],
-            mapping[r["shape"]],
-        ):
+        if (o["fp"], o["dtype"], o["shape"]) == (r["fp"], mapping[r["dtype"]], mapping[r["shape"]]):
             continue
-        pa, pb = probe_at(original, other), probe_at(resumed, int(row))
-        if resume.run == "A":
-            pa, pb = pb, pa
-        d = Divergence("value", key, resume.at_step, "init", pb.kind, pb.name, pb.slot, pa, pb)
-        d.origin = True
+        start = replace(probe_at(resumed, int(row)), step=resume.at_step)  # (lined up)
+        pa, pb = (probe_at(original, other), start)[:: 1 if resume.run == "B" else -1]
+        d = Divergence("value", key, resume.at_step, "init", start.kind, start.name, start.slot)
+        d.a, d.b, d.origin = pa, pb, True
         d.origin_text = (
             f"run {resume.run} was built with other settings than the run it resumes"
-            if r["kind"] == Kind.HYPERPARAM
+            if setting
             else f"run {resume.run} starts from another value than the run it resumes had "
             f"after step {resume.at_step - 1}: a state its checkpoint does not hold or it "
             "did not restore"
@@ -182,49 +182,46 @@ def started_otherwise(key: str, a: RunFile, b: RunFile, resume: Resume) -> Diver
     return None
 
 
+VALUE_KINDS = frozenset({Kind.PARAM, Kind.BUFFER})  # (a state: a parameter's, a buffer's)
+
+
 def _rows_of_step(run: RunFile, step: int) -> np.ndarray:
-    """The rows of ``run``'s first step at or after ``step``."""
-    steps = run.records["step"]
-    start = int(np.searchsorted(steps, step))
-    if start == steps.size:
+    """The rows of ``run``'s first complete step at or after ``step``, found among its
+    step-end markers (not the millions of records a run can hold: steps never go back)."""
+    ends = run.step_ends
+    marked = run.records["step"][ends]
+    first = int(np.searchsorted(marked, step))
+    if first == ends.size:
         return np.arange(0)
-    return np.arange(start, int(np.searchsorted(steps, steps[start], side="right")))
+    past = int(np.searchsorted(marked, marked[first], side="right"))
+    start = int(ends[first - 1]) + 1 if first else 0
+    return np.arange(start, int(ends[past - 1]) + 1)
 
 
-def _by_key(
-    run: RunFile, rows: np.ndarray, phase: Phase | None
-) -> dict[tuple[int, int, bool], int]:
-    """The last row of each (name, slot, is-settings) among ``rows`` (in ``phase``, if
-    given) that holds a setting, a parameter or a buffer."""
-    found: dict[tuple[int, int, bool], int] = {}
-    records = run.records[rows]
-    kinds = np.isin(records["kind"], [Kind.HYPERPARAM, Kind.PARAM, Kind.BUFFER])
-    if phase is not None:
-        kinds &= records["phase"] == phase
-    for row in rows[kinds]:
-        r = run.records[row]
-        found[(int(r["name"]), int(r["slot"]), r["kind"] == Kind.HYPERPARAM)] = int(row)
-    return found
+def _last_rows(
+    run: RunFile, rows: np.ndarray, kinds: frozenset[int] | set[Kind], names: np.ndarray
+) -> dict[tuple[int, int], int]:
+    """The last of ``rows`` of each (name, slot) among ``names`` that holds one of ``kinds``."""
+    records = run.records
+    rows = rows[np.isin(records["name"][rows], names)]
+    rows = rows[np.isin(records["kind"][rows], list(kinds))]
+    keys = records["name"][rows].astype(np.int64) << 32 | records["slot"][rows].astype(np.int64)
+    _, last = np.unique(keys[::-1], return_index=True)
+    found = rows[::-1][last]
+    return {(int(records["name"][r]), int(records["slot"][r])): int(r) for r in found}
 
 
 def _initial_parameters(run: RunFile) -> np.ndarray:
     """The initial-parameter records of ``run``'s first step."""
-    records = run.records
-    if not records.size:
-        return records
-    # (steps never go back in a file: the first step's rows are a prefix, up to its last
-    # step-end marker; found among the markers, not the millions of records every compare has)
-    ends = run.step_ends
-    marked = records["step"][ends]
-    last = int(np.searchsorted(marked, records["step"][0], side="right"))
-    first = records[: int(ends[last - 1]) + 1] if last else records
-    return first[(first["phase"] == Phase.INIT) & (first["kind"] == Kind.PARAM)]
+    records = run.records[_rows_of_step(run, 0)]
+    return records[(records["phase"] == Phase.INIT) & (records["kind"] == Kind.PARAM)]
 
 
-def _resumed_after(resumed: RunFile, original: RunFile) -> tuple[int, int] | None:
-    """(s, n): the first step ``s`` after which ``original``'s parameters equal all ``n``
-    initial parameters of ``resumed`` that ``original``'s optimizer updates (name, dtype,
-    shape and fingerprint), when they differ from ``original``'s own initial ones; else None.
+def _resumed_after(resumed: RunFile, original: RunFile) -> tuple[int, int, int] | None:
+    """(s, t, n): ``original``'s parameters equal all ``n`` initial parameters of ``resumed``
+    that its optimizer updates (name, dtype, shape and fingerprint) after step ``s`` first,
+    and after every step up to ``t`` alike (an update that changed nothing, a step the
+    GradScaler skipped), when they differ from ``original``'s own initial ones; else None.
     (A state no optimizer writes, as a Keras SeedGenerator's, is no evidence either way: a
     saved model may not restore it.)"""
     initial = _initial_parameters(resumed)
@@ -239,23 +236,34 @@ def _resumed_after(resumed: RunFile, original: RunFile) -> tuple[int, int] | Non
     if np.unique(names).size != names.size:
         return None  # (one name twice: not a model's parameters)
     records = original.records
-    updated = records[(records["phase"] == Phase.OPTIMIZER) & (records["kind"] == Kind.PARAM)]
-    trained = np.isin(names, updated["name"])
+    size = len(original.strings)
+    wanted = np.zeros(size, dtype=bool)
+    wanted[names] = True
+    # (masks over the fields, then the few rows they select: no copy of every record)
+    rows = np.flatnonzero(
+        wanted[records["name"]]
+        & (records["kind"] == Kind.PARAM)
+        & (records["phase"] == Phase.OPTIMIZER)
+    )
+    at = records["name"][rows]
+    trained = np.isin(names, at)
     if not trained.any():
         return None
     initial, names = initial[trained], names[trained]
-    size = len(original.strings)
-    wanted, fp = np.zeros(size, dtype=bool), np.zeros(size, dtype=np.uint64)
-    dtype, shape = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
-    wanted[names], fp[names] = True, initial["fp"]
-    dtype[names], shape[names] = mapping[initial["dtype"]], mapping[initial["shape"]]
-    at = updated["name"]
-    hit = wanted[at] & (updated["fp"] == fp[at])
-    hit &= (updated["dtype"] == dtype[at]) & (updated["shape"] == shape[at])
-    pairs = np.unique(np.stack([updated["step"][hit], at[hit].astype(np.int64)], axis=1), axis=0)
+    fp, dtype, shape = (np.zeros(size, dtype=np.uint64), *np.zeros((2, size), dtype=np.int64))
+    fp[names], dtype[names] = initial["fp"], mapping[initial["dtype"]]
+    shape[names] = mapping[initial["shape"]]
+    hit = np.isin(at, names) & (records["fp"][rows] == fp[at])
+    hit &= (records["dtype"][rows] == dtype[at]) & (records["shape"][rows] == shape[at])
+    pairs = np.unique(
+        np.stack([records["step"][rows][hit], at[hit].astype(np.int64)], axis=1), axis=0
+    )
     steps, counts = np.unique(pairs[:, 0], return_counts=True)
     whole = steps[counts == names.size]
-    return (int(whole[0]), int(names.size)) if whole.size else None
+    if not whole.size:
+        return None
+    run = int(np.argmin(np.diff(whole) == 1)) if (np.diff(whole) != 1).any() else whole.size - 1
+    return int(whole[0]), int(whole[run]), int(names.size)
 
 
 def _values(records: np.ndarray, mapping: np.ndarray | None = None) -> set[tuple[int, ...]]:

@@ -34,10 +34,10 @@ def divergence_commands(comparison: Comparison) -> list[str]:
     only = f" --probe {probe}" if d.reason == "value" else ""
     lines = [f"diverge show {a} --against {b} --step {d.step}{only}"]
     op = split_op_name(d.location)[1]
-    if op.startswith("aten.") and d.kind == "op_output" and d.numeric is not None:
-        # the step's k-th call of the op (counted from 1, as the report says) is replay's
-        # --call k-1
-        call = f" --call {d.occurrence[0] - 1}" if d.occurrence else ""
+    if op.startswith("aten.") and d.replay_call is not None and d.numeric is not None:
+        # (replay counts the op's calls in the step across phases, from 0: not the report's
+        # "call k of n", which counts within the phase from 1)
+        call = f" --call {d.replay_call}" if d.replay_call else ""
         lines.append(f"diverge replay {a} --step {d.step} --op {probe}{call}")
     return lines
 

@@ -154,6 +154,8 @@ def origin_text(d: Divergence) -> str:
     inputs, so "its inputs matched" would not read right there."""
     if d.origin and d.kind == "hyperparam":
         return "yes: a setting, given to the program, not computed from recorded tensors"
+    if d.origin and d.phase == "init" and d.kind in ("param", "buffer"):
+        return "yes: a value the run started from, not computed from recorded tensors"
     if d.origin and d.kind == "collective_in":
         return "yes: this rank passed other values to the collective, every record before matched"
     return {

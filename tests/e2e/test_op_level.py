@@ -345,3 +345,26 @@ def test_a_destination_an_op_overwrites_whole_is_not_compared(record: Recorder) 
         if file.strings[r["name"]].endswith("aten.zero_.default") and r["kind"] == Kind.OP_INPUT
     ]
     assert zeroed and set(zeroed) == {OVERWRITTEN}
+
+
+def test_a_tensor_an_overwriting_op_also_reads_is_compared(tmp_path: Path) -> None:
+    """``m.bernoulli_(m)``: the op overwrites ``self`` but reads ``p``, the same tensor: only
+    the written argument is passed over."""
+    import torch
+
+    import divergence
+    from divergence.store.run import Run
+    from divergence.store.schema import OVERWRITTEN, Kind
+
+    with divergence.Recorder(tmp_path / "run", granularity="op"):
+        for _ in range(2):
+            m = torch.full((4,), 0.5).add_(0.25)
+            m.bernoulli_(m)
+            divergence.step()
+    file = Run.open(tmp_path / "run").processes[0].load()
+    inputs = [
+        (int(r["slot"]), int(r["status"]), file.strings[r["note"]])
+        for r in file.records
+        if r["kind"] == Kind.OP_INPUT and "bernoulli_" in file.strings[r["name"]]
+    ]
+    assert inputs[:2] == [(0, 1, OVERWRITTEN), (1, 0, inputs[1][2])]

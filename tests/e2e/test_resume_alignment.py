@@ -51,6 +51,7 @@ def test_a_faithful_resume_is_identical_from_the_step_it_resumed_at(
         "parameters": 4,
         "unused_batches": 4,
         "first_buckets": 0,
+        "alike_until": 4,
     }
     assert (process["steps_a"], process["steps_b"]) == (4, 4)  # (steps 4..7 of each)
     assert any(n.startswith("run B resumes run A at step 4") for n in report["notes"])

@@ -179,14 +179,8 @@ def test_a_probe_that_records_nothing_says_so_once_per_name(
             divergence.probe("text", "caption")
             divergence.step()
     said = [line for line in capsys.readouterr().err.splitlines() if "recorded nothing" in line]
-    assert said == [
-        "diverge: probe 'mask' recorded nothing: a NoneType holds no tensor, numpy array or "
-        "number (said once for this name)",
-        "diverge: probe 'labels' recorded nothing: a list holds no tensor, numpy array or "
-        "number (said once for this name)",
-        "diverge: probe 'caption' recorded nothing: a str holds no tensor, numpy array or "
-        "number (said once for this name)",
-    ]
+    assert [line.split(" from a ")[1].split(":")[0] for line in said] == ["NoneType", "list", "str"]
+    assert all(line.endswith("passed alone (said once for this name)") for line in said)
     names = [name for name, _ in records(tmp_path / "run")]
     assert names.count("scale") == 2 and not {"mask", "labels", "caption"} & set(names)
 

@@ -28,6 +28,8 @@ def comparison_with(
     a numeric diff)."""
     first = Divergence(reason, "process0", 0, "forward", "op_output", OP, 0, occurrence=occurrence)
     first.numeric = object() if dumped else None
+    # (as replay counts: the second of two calls, when the report says "call 2 of 2")
+    first.replay_call = occurrence[0] - 1 if occurrence else 0
     process = ProcessComparison(
         "process0", a / "p.h5", b / "p.h5", 9, 1, 1, True, True, first, None
     )

@@ -160,7 +160,9 @@ def test_a_resumed_run_s_cause_comes_before_the_general_ones() -> None:
     resumed = {**TORCH, "resume": "continued"}
     found = match_cause("value", "param", "fc.weight", [], "optimizer", facts=resumed)
     assert found is not None and "optimizer.load_state_dict()" in found.fix
-    found = match_cause("length", "step_end", "", [], "marker", facts=resumed)
+    found = match_cause(
+        "length", "step_end", "", [], "marker", facts={**resumed, "ended": "cleanly"}
+    )
     assert found is not None and "continued the other's training" in found.summary
     ended = {**TORCH, "ended": "cleanly"}
     found = match_cause("length", "step_end", "", [], "marker", facts=ended)
@@ -179,3 +181,9 @@ def test_random_evidence_outweighs_another_command_line() -> None:
     assert found is not None and found.cause == "rng" and "global seed" in found.summary
     found = match_cause("value", "output", "fc", ["argv"], "forward", facts=TORCH)
     assert found is not None and found.cause == "configuration"
+
+
+def test_a_resumed_run_that_was_killed_is_not_told_all_is_well() -> None:
+    resumed = {**TORCH, "resume": "continued"}
+    found = match_cause("length", "step_end", "", [], "marker", facts=resumed)
+    assert found is not None and "killed, crashed" in found.summary

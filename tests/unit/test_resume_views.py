@@ -45,7 +45,7 @@ def test_a_run_started_from_the_parameters_after_step_2_resumes_at_step_3(
     b = write_run(tmp_path / "b", (20, 21), 3, 2)
     resume = find_resume(a, b)
     assert resume is not None and (resume.run, resume.at_step, resume.parameters) == ("B", 3, 2)
-    assert find_resume(b, a) == type(resume)("A", 3, 2)
+    assert find_resume(b, a) == type(resume)("A", 3, 2, alike_until=3)
     view_a, view_b, resume = aligned(a, b, resume)
     # A from step 3 on; B numbered as A, its initial parameters left out
     assert list(view_a.steps) == list(view_b.steps) == [3, 4]
@@ -146,5 +146,52 @@ def test_a_state_no_optimizer_writes_is_compared_with_the_original_s_last_one(
     )
     assert first.origin is True and "does not hold or it did not restore" in first.origin_text
     assert first.cause == "initialisation" and "SeedGenerator" in first.cause_text
+    # the resumed run's record, in the original's numbering; the original's last one before
+    assert first.kind == "param" and first.b is not None and first.b.step == 3
+    assert first.a is not None and (first.a.kind, first.a.step) == ("buffer", 2)
     # restored (the original's state after step 2): identical
     assert compare_runs(tmp_path / "a", tmp_path / "c").identical
+
+
+def test_replay_counts_the_calls_of_an_op_across_phases(tmp_path: Path) -> None:
+    """``M/aten.mul`` runs once in the forward and once in the backward: the backward's output
+    is "call 1 of 1" of its phase, and replay's call 1 (it counts every call in the step)."""
+    from divergence.compare.engine import occurrence, replay_call
+
+    session = new_session(tmp_path / "a")
+    session.begin_event()
+    for phase in (Phase.FORWARD, Phase.BACKWARD):
+        session.add(phase, Kind.OP_INPUT, "M/aten.mul.Tensor", fingerprint(1), 0)
+        session.add(phase, Kind.OP_INPUT, "M/aten.mul.Tensor", fingerprint(2), 1)
+        session.add(phase, Kind.OP_OUTPUT, "M/aten.mul.Tensor", fingerprint(3), 0)
+    session.optimizer_stepped()
+    session.finish()
+    (file,) = (tmp_path / "a").glob("*.h5")
+    run = RunFile.open(file)
+    outputs = [int(r) for r in np.flatnonzero(run.records["kind"] == Kind.OP_OUTPUT)]
+    assert [replay_call(run, r) for r in outputs] == [0, 1]
+    assert [occurrence(run, r) for r in outputs] == [None, None]
+
+
+def test_parameters_the_same_after_two_steps_are_said_to_be_ambiguous(tmp_path: Path) -> None:
+    """Run A's update of step 3 changed nothing (a step a GradScaler skipped): a run started
+    from those parameters could resume at step 3 or 4; the first is taken, and said."""
+    for name, begin in (("a", 0), ("b", 3)):
+        session = new_session(tmp_path / name)
+        for step in range(begin, 6):
+            session.begin_event()
+            if step == begin:
+                for i, param in enumerate(NAMES):
+                    session.add(Phase.INIT, Kind.PARAM, param, fingerprint(20 + i if begin else i))
+            for i, param in enumerate(NAMES):
+                value = 20 + i if step == 3 else 10 * step + i  # (step 3 left them as after 2)
+                session.add(Phase.OPTIMIZER, Kind.PARAM, param, fingerprint(value))
+            session.optimizer_stepped()
+        session.finish()
+    comparison = compare_runs(tmp_path / "a", tmp_path / "b")
+    resume = comparison.processes[0].resume
+    assert resume is not None and (resume.at_step, resume.alike_until) == (3, 4)
+    assert (
+        "(run A's parameters were the same after steps 2 to 3: the first taken)"
+        in (comparison.notes[-1])
+    )

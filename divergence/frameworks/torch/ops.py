@@ -286,7 +286,9 @@ class OpRecorder(OpZoom):
             # An argument the op writes is read past the cache: the cache may hold a value
             # stored under the same version by an earlier alias of it.
             cached = id(t) not in written_ids
-            overwritten = not cached and info.overwrites
+            # (only the argument the op writes, self: the same tensor passed again as another
+            # argument, bernoulli_(p=self), copy_(self), is read)
+            overwritten = not cached and info.overwrites and slot == 0
             fingerprint = self._add(
                 phase, OP_INPUT, name, t, slot, dump, cached, note, not cached, overwritten
             )
