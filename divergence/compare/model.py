@@ -169,10 +169,16 @@ class Resume:
     alike_until: int = 0
 
     @property
+    def headline(self) -> str:
+        """``run B resumes run A at step 4``."""
+        other = "B" if self.run == "A" else "A"
+        return f"run {self.run} resumes run {other} at step {self.at_step}"
+
+    @property
     def text(self) -> str:
         other = "B" if self.run == "A" else "A"
         text = (
-            f"run {self.run} resumes run {other} at step {self.at_step}: its "
+            f"{self.headline}: its "
             f"{counted(self.parameters, 'initial parameter')} "
             f"{'equals' if self.parameters == 1 else 'equal'} run {other}'s after step "
             f"{self.at_step - 1}; compared from there, run {self.run}'s steps numbered as run "

@@ -123,10 +123,11 @@ def _without_unused_batches(
     """``rows_r`` without the loader batches its first step opens with beyond the original's
     (a mid-epoch resume that iterates the loader past the batches already trained: its model
     takes the last one, whose own batch record is compared), and how many were left out."""
-    extra = len(_loader_batches(resumed, rows_r)) - len(_loader_batches(original, rows_o))
+    batches = _loader_batches(resumed, rows_r)
+    extra = len(batches) - len(_loader_batches(original, rows_o))
     if extra <= 0:
         return rows_r, 0
-    unused = [row for batch in _loader_batches(resumed, rows_r)[:extra] for row in batch]
+    unused = [row for batch in batches[:extra] for row in batch]
     return rows_r[~np.isin(rows_r, unused)], extra
 
 

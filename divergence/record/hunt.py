@@ -186,7 +186,7 @@ def _resumed(comparison: Comparison) -> str:
     if resume is None:
         return ""
     return (
-        f"{resume.text.split(':')[0]}: the op-level zoom records one step of each run by its "
+        f"{resume.headline}: the op-level zoom records one step of each run by its "
         "own number, which cannot be lined up across a resume; the module-level report "
         "stands"
     )

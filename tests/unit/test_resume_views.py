@@ -11,6 +11,7 @@ import numpy as np
 
 from divergence.compare.engine import compare_runs
 from divergence.compare.resume import aligned, find_resume
+from divergence.record.session import Session
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase, step_end_fp
 from tests.unit.written_runs import fingerprint, new_session
@@ -96,6 +97,13 @@ def test_a_view_reads_the_dump_of_the_file_s_own_row(tmp_path: Path) -> None:
     assert int(view.records["step"][0]) == int(run.records["step"][3]) + 7
 
 
+def add_initial(session: Session, begin: int) -> None:
+    """The initial parameters of a run that begins at step ``begin``: run A's own, or, for a
+    run resumed at step 3, run A's after step 2."""
+    for i, param in enumerate(NAMES):
+        session.add(Phase.INIT, Kind.PARAM, param, fingerprint(20 + i if begin else i))
+
+
 def test_ddp_buckets_of_the_first_step_compared_are_left_out(tmp_path: Path) -> None:
     """A DDP built anew lays out its first step's buckets otherwise: the same values in other
     buckets. Left out of that step in both runs, said in the note; later buckets compared."""
@@ -105,8 +113,7 @@ def test_ddp_buckets_of_the_first_step_compared_are_left_out(tmp_path: Path) -> 
         for step in range(begin, 5):
             session.begin_event()
             if step == begin:
-                for i, param in enumerate(NAMES):
-                    session.add(Phase.INIT, Kind.PARAM, param, fingerprint(20 + i if begin else i))
+                add_initial(session, begin)
             bucket = first_bucket if step == 3 else 100 + step
             session.add(Phase.COMMUNICATION, Kind.COLLECTIVE_IN, "ddp.bucket0", fingerprint(bucket))
             for i, param in enumerate(NAMES):
@@ -130,8 +137,7 @@ def test_a_state_no_optimizer_writes_is_compared_with_the_original_s_last_one(
         for step in range(begin, 5):
             session.begin_event()
             if step == begin:
-                for i, param in enumerate(NAMES):
-                    session.add(Phase.INIT, Kind.PARAM, param, fingerprint(20 + i if begin else i))
+                add_initial(session, begin)
                 session.add(Phase.INIT, Kind.PARAM, "seed.state", fingerprint(state + 1000))
             for i, param in enumerate(NAMES):
                 session.add(Phase.OPTIMIZER, Kind.PARAM, param, fingerprint(10 * step + i))
@@ -181,8 +187,7 @@ def test_parameters_the_same_after_two_steps_are_said_to_be_ambiguous(tmp_path: 
         for step in range(begin, 6):
             session.begin_event()
             if step == begin:
-                for i, param in enumerate(NAMES):
-                    session.add(Phase.INIT, Kind.PARAM, param, fingerprint(20 + i if begin else i))
+                add_initial(session, begin)
             for i, param in enumerate(NAMES):
                 value = 20 + i if step == 3 else 10 * step + i  # (step 3 left them as after 2)
                 session.add(Phase.OPTIMIZER, Kind.PARAM, param, fingerprint(value))
