@@ -403,13 +403,19 @@ def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     return divergence
 
 
+def _step_bounds(records: np.ndarray, row: int) -> tuple[int, int]:
+    """The rows [lo, hi) of ``row``'s step (steps never go back in a file)."""
+    step = records["step"][row]
+    lo, hi = np.searchsorted(records["step"], [step, step + 1])
+    return int(lo), int(hi)
+
+
 def replay_call(run: RunFile, row: int) -> int | None:
     """Which call of its op the op output ``row`` belongs to, as ``diverge replay --call``
     counts them: the calls of the name in the step (every phase), from 0, each opened by its
     input 0; None when no input of it was recorded."""
     records = run.records
-    lo = int(np.searchsorted(records["step"], records["step"][row]))
-    block = records[lo:row]
+    block = records[_step_bounds(records, row)[0] : row]
     opened = (block["name"] == records["name"][row]) & (block["kind"] == Kind.OP_INPUT)
     calls = int(np.count_nonzero(opened & (block["slot"] == 0)))
     return calls - 1 if calls else None
@@ -419,7 +425,7 @@ def occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
     """(k, n) when ``row``'s step holds n > 1 records of its probe (name, kind, slot, phase)
     and it is the k-th; None for a probe recorded once in the step."""
     records = run.records
-    lo, hi = np.searchsorted(records["step"], [records["step"][row], records["step"][row] + 1])
+    lo, hi = _step_bounds(records, row)
     block, r = records[lo:hi], records[row]
     same = block["name"] == r["name"]
     for field in ("kind", "slot", "phase"):  # (a parameter's init and update are two probes)

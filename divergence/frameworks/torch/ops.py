@@ -329,12 +329,11 @@ class OpRecorder(OpZoom):
         overwritten: bool = False,
     ) -> Fingerprint:
         s = self.session
+        reason = OVERWRITTEN if overwritten else ""
         if self.garbage and _storage(t) in self.garbage:
-            skipped = _skip(t, WRITTEN_BUFFER if written else "uninitialised memory: not compared")
-            s.add(phase, kind, name, skipped, slot)
-            return skipped
-        if overwritten:
-            skipped = _skip(t, OVERWRITTEN)
+            reason = WRITTEN_BUFFER if written else "uninitialised memory: not compared"
+        if reason:
+            skipped = _skip(t, reason)
             s.add(phase, kind, name, skipped, slot)
             return skipped
         fingerprint = self.cache.get(t, cached)
