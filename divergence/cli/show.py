@@ -105,6 +105,16 @@ def wrapped(line: str, width: int) -> str:
     )
 
 
+def _call_text(s: Any) -> str:
+    """``  (call 2 of 2, replay --call 3)``: which of the step's records of its probe this is,
+    counted in its phase from 1 as compare's report does, and for an op output called more than
+    once in the step, the ``--call`` that replays it (replay counts every call, from 0)."""
+    parts = [f"call {s.occurrence[0]} of {s.occurrence[1]}"] if s.occurrence else []
+    if s.replay_call is not None and (s.occurrence or s.replay_call):
+        parts.append(f"replay --call {s.replay_call}")
+    return f"  ({', '.join(parts)})" if parts else ""
+
+
 def _lines(s: object) -> list[str]:
     from divergence.compare.show import Shown
 
@@ -112,8 +122,7 @@ def _lines(s: object) -> list[str]:
     probe = s.probe
     kind = probe.kind.replace("_", " ")
     where = f"{probe.phase}  {kind} {probe.slot}  {probe.name}"
-    call = f"  (call {s.occurrence[0]} of {s.occurrence[1]})" if s.occurrence else ""
-    lines = [f"step {probe.step}  {where}  {probe.type_text}{call}"]
+    lines = [f"step {probe.step}  {where}  {probe.type_text}{_call_text(s)}"]
     a = s.a
     if a is None:
         prints = f"B {probe.fingerprint:016x}   only in B"

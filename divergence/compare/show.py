@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from divergence.compare.engine import probe_at, refuse_different_programs
+from divergence.compare.engine import probe_at, refuse_different_programs, replay_call
 from divergence.compare.model import Probe
 from divergence.errors import UsageError
 from divergence.store.reader import RunFile
 from divergence.store.run import Run
+from divergence.store.schema import Kind
 
 Key = tuple[int, str, str, str, int, int]  # step, phase, kind, name, slot, occurrence
 
@@ -39,6 +40,9 @@ class Shown:
     # (k, n): the k-th of n records of its probe in the step (an op called n times), as the
     # compare report says "call k of n"; None for a probe recorded once
     occurrence: tuple[int, int] | None = None
+    # an op output's call as ``diverge replay --call`` counts it (every call of the op in the
+    # step, both phases, from 0); None for other records
+    replay_call: int | None = None
 
     @property
     def probe(self) -> Probe:
@@ -77,6 +81,7 @@ class Shown:
             "note": self.note,
             "numeric": self.numeric.to_json() if self.numeric is not None else None,
             "occurrence": list(self.occurrence) if self.occurrence else None,
+            "replay_call": self.replay_call,
         }
 
 
@@ -138,6 +143,8 @@ def _shown(file: RunFile, row: int, only_in_b: bool = False) -> Shown:
     r = file.records[row]
     if not r["status"] and r["note"]:
         item.note = file.strings[r["note"]]
+    if r["kind"] == Kind.OP_OUTPUT:
+        item.replay_call = replay_call(file, row)
     return item
 
 

@@ -103,9 +103,11 @@ def test_show_numbers_the_calls_of_an_op_and_fits_its_width(record: Recorder) ->
     """``block.fc``'s backward runs ``aten.mm`` twice: each record says which call it belongs to,
     as the compare report's "call k of n" does; long lines (an op's call) fold at the width."""
     run = record("mlp.py", "--steps", "1", options=DUMPED)
-    lines = run_cli("show", str(run), "--step", "0", "--probe", "block.fc/aten.mm*").stdout
+    wide = ("show", str(run), "--step", "0", "--probe", "block.fc/aten.mm*", "--width", "120")
+    lines = run_cli(*wide).stdout
     headers = [h for h in lines.splitlines() if h.startswith("step 0  backward  op output 0")]
-    assert [h.rsplit("  ", 1)[1] for h in headers] == ["(call 1 of 2)", "(call 2 of 2)"]
+    calls = ["(call 1 of 2, replay --call 0)", "(call 2 of 2, replay --call 1)"]
+    assert [h.rsplit("  ", 1)[1] for h in headers] == calls
     narrow = ("show", str(run), "--step", "0", "--probe", "block.fc/aten.mm*", "--width", "60")
     lines = run_cli(*narrow).stdout.splitlines()
     assert max(len(line) for line in lines) <= 60
@@ -114,6 +116,36 @@ def test_show_numbers_the_calls_of_an_op_and_fits_its_width(record: Recorder) ->
         run_cli("show", str(run), "--step", "0", "--probe", "block.fc/aten.mm*", "--json").stdout
     )
     assert [r["occurrence"] for r in data["records"]][:3] == [[1, 2], [1, 2], [1, 2]]
+
+
+def test_show_gives_the_replay_call_of_an_op_run_in_both_phases(tmp_path: Path) -> None:
+    """A bias-free Linear runs ``aten.mm`` in the forward and twice in the backward: show's
+    per-phase "call k of n" is not replay's number, so each op output says its ``--call``, and
+    replaying with it reproduces that very output."""
+    import torch
+
+    import divergence
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8, bias=False), torch.nn.ReLU())
+    model.append(torch.nn.Linear(8, 2, bias=False))
+    with divergence.Recorder(tmp_path / "run", granularity="op", dump=True):
+        model(torch.randn(4, 8)).sum().backward()
+    show = ("show", str(tmp_path / "run"), "--step", "0", "--probe", "2/aten.mm*")
+    outputs = [h for h in run_cli(*show).stdout.splitlines() if " op output 0 " in h]
+    assert [h.rsplit("  ", 1)[1] for h in outputs] == [
+        "float32 [4, 2]",  # (the forward's single call: replay's default --call 0)
+        "(call 1 of 2, replay --call 1)",
+        "(call 2 of 2, replay --call 2)",
+    ]
+    records = json.loads(run_cli(*show, "--json").stdout)["records"]
+    calls = [r["replay_call"] for r in records if r["a"]["kind"] == "op_output"]
+    assert calls == [0, 1, 2]
+    replayed = run_cli(
+        "replay", str(tmp_path / "run"), "--step", "0", "--op", "2/aten.mm*", "--call", "2",
+        "--times", "1", "--json",
+    )  # fmt: skip
+    assert json.loads(replayed.stdout)["recorded"] == [records[-1]["a"]["fingerprint"]]
 
 
 def test_show_of_a_step_the_run_does_not_hold_names_its_steps(record: Recorder) -> None:

@@ -84,6 +84,28 @@ def decode_call(
     return resolve_op(data["op"]), args, kwargs
 
 
+def _laid_out(t: torch.Tensor, stride: list[int]) -> torch.Tensor:
+    """``t``'s values with the recorded strides. A stride of 0 (an expanded tensor, such as
+    the gradient ``sum().backward()`` starts from) holds one element for the whole dimension:
+    rebuilt by expanding it, since nothing can be copied into memory that elements share.
+    Other overlapping layouts keep ``t``'s (contiguous) one.
+
+    >>> grad = _laid_out(torch.ones(4, 2), [0, 0])
+    >>> grad.stride(), grad.tolist() == torch.ones(4, 2).tolist()
+    ((0, 0), True)
+    """
+    source = t
+    for dim, step in enumerate(stride):
+        if step == 0 and t.shape[dim]:
+            source = source.narrow(dim, 0, 1)
+    laid = torch.empty_strided(source.shape, stride, dtype=t.dtype, device=t.device)
+    try:
+        laid.copy_(source)
+    except RuntimeError:  # (elements sharing memory otherwise, as_strided's: the values stay)
+        return t
+    return laid.expand(t.shape)
+
+
 def _decode(value: Any, tensors: Sequence[torch.Tensor]) -> Any:
     if isinstance(value, list):
         return [_decode(v, tensors) for v in value]
@@ -91,10 +113,8 @@ def _decode(value: Any, tensors: Sequence[torch.Tensor]) -> Any:
         return value
     if "$t" in value:
         t = tensors[value["$t"]]
-        if "stride" in value:  # back to the recorded layout (a transpose, channels_last)
-            t = torch.empty_strided(t.shape, value["stride"], dtype=t.dtype, device=t.device)
-            t.copy_(tensors[value["$t"]])
-        return t
+        # back to the recorded layout (a transpose, channels_last, an expanded gradient)
+        return _laid_out(t, value["stride"]) if "stride" in value else t
     ((tag, content),) = value.items()
     if tag == "$tuple":
         return tuple(_decode(v, tensors) for v in content)

@@ -23,6 +23,7 @@ from divergence.frameworks.torch.calls import decode_call
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor
 from divergence.store.reader import RunFile
 from divergence.store.schema import WRITTEN_WHOLE, Kind, parse_shape
+from divergence.wording import counted
 
 # aten ops that draw from a generator (in place or not, any overload)
 RANDOM_OPS = re.compile(
@@ -79,8 +80,8 @@ class Replay:
             )
         if not self.stable:
             return (
-                f"VARIES: {self.times} executions gave {self.distinct} distinct outputs on "
-                f"{self.device}: the op is intrinsically nondeterministic here"
+                f"VARIES: {counted(self.times, 'execution')} gave {self.distinct} distinct "
+                f"outputs on {self.device}: the op is intrinsically nondeterministic here"
             )
         recorded = (
             "equal to the recorded output"
@@ -89,8 +90,9 @@ class Replay:
             "differs from the recording's, or, for an op that draws random numbers, the "
             "generator's state)"
         )
+        outputs = "identical outputs" if self.times > 1 else "one output"
         return (
-            f"STABLE: {self.times} executions gave identical outputs on {self.device}, "
+            f"STABLE: {counted(self.times, 'execution')} gave {outputs} on {self.device}, "
             f"{recorded}: the op is deterministic with fixed settings, so a divergence at it "
             "comes from configuration or environment"
         )
