@@ -250,6 +250,7 @@ def report(
     ratio = median(recorded) / median(plain)
     records = int(result["records_per_block"])  # type: ignore[call-overload]
     steps = int(result["steps_per_block"])  # type: ignore[call-overload]
+    floor_s = float(result["hashed_bytes"]) / XXH3_RATE[0]  # type: ignore[arg-type]
     detail: dict[str, object] = {
         "plain_step_ms": round(median(plain) * 1e3, 4),
         "recorded_step_ms": round(median(recorded) * 1e3, 4),
@@ -258,10 +259,9 @@ def report(
         "hashed_MB_per_step": round(float(result["hashed_bytes"]) / 1e6, 2),  # type: ignore[arg-type]
         "fingerprint_calls_per_step": result["hashed_tensors"],
         # the cost of xxh3 alone on those bytes at this machine's raw speed: the floor
-        "xxh3_floor_ms_per_step": round(
-            float(result["hashed_bytes"]) / XXH3_RATE[0] * 1e3,  # type: ignore[arg-type]
-            3,
-        ),
+        "xxh3_floor_ms_per_step": round(floor_s * 1e3, 3),
+        # the step-time ratio that hashing alone would give: no recorder can go below it
+        "xxh3_floor_ratio": round((median(plain) + floor_s) / median(plain), 4),
         "first_recorded_step_ms": round(median(result["first_recorded"]) * 1e3, 3),  # type: ignore[arg-type]
         "recorder_exit_ms": round(median(result["exits"]) * 1e3, 3),  # type: ignore[arg-type]
         "plain_s": spread(plain),
