@@ -56,7 +56,8 @@ def _compared(key: str) -> bool:
     return not key.startswith("env.") or matters(key[4:])
 
 
-CALL_LISTS = ("seeds", "rng_restores")  # metadata lists of calls, shown call by call
+# metadata lists of calls, shown call by call
+CALL_LISTS = ("seeds", "rng_restores", "sampler_epochs")
 
 
 def _newer_setting(key: str, fa: dict[str, Any], fb: dict[str, Any]) -> bool:

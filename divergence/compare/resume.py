@@ -36,8 +36,9 @@ def find_resume(a: RunFile, b: RunFile) -> Resume | None:
 
 
 # what a resume changes by nature: its command line, the generator states it restores, and
-# the seed calls' steps (the original's before the resume, the resumed run's in its own numbers)
-RESUME_DIFFERENCES = frozenset({"argv", "rng_restores", "seeds"})
+# the seed (and set_epoch) calls' steps (the original's before the resume, the resumed run's in
+# its own numbers)
+RESUME_DIFFERENCES = frozenset({"argv", "rng_restores", "seeds", "sampler_epochs"})
 LOADER = "dataloader"  # the batch records of a torch DataLoader (frameworks/torch/recorder.py)
 DDP_BUCKET = "ddp.bucket"  # DDP's buckets: ddp.bucket0, ... (frameworks/torch/distributed.py)
 

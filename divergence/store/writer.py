@@ -39,7 +39,15 @@ from divergence.store.schema import (
 )
 
 # grow during the run, or known only after the file is created
-LATE_META_KEYS = ("notes", "seeds", "rng_restores", "distributed", "dataloaders", "compile")
+LATE_META_KEYS = (
+    "notes",
+    "seeds",
+    "rng_restores",
+    "sampler_epochs",
+    "distributed",
+    "dataloaders",
+    "compile",
+)
 AHEAD_CHUNKS = 64  # at most this many chunks are allocated ahead of the rows written
 # Writers a forked child inherited: kept referenced so the child never closes (and so rewrites)
 # its parent's file; see RunFileWriter.abandon.

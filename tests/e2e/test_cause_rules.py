@@ -168,6 +168,25 @@ def test_persistent_workers_in_one_run_are_named_as_a_loader_setting(record: Rec
     assert loader_seeds == [0]  # (run A draws one at step 4 too)
 
 
+def test_a_sampler_whose_epoch_is_never_set_is_named(record: Recorder) -> None:
+    """One run forgot ``DistributedSampler.set_epoch``: its second epoch repeats the first's
+    order. The calls are in the metadata (``sampler_epochs``) and name the cause; two runs that
+    both call it are identical."""
+    a = record("sampler_epochs.py")
+    b = record("sampler_epochs.py", env={"SET_EPOCH": "1"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["kind"], first["location"]) == (
+        4, "batch", "dataloader",
+    )  # fmt: skip
+    epochs = next(d for d in report["environment_differences"] if d["key"] == "sampler_epochs")
+    assert epochs["a"] == "no call"
+    assert epochs["b"].startswith("sampler.set_epoch(0) at step 0; sampler.set_epoch(1) at step 4")
+    assert first["cause"] == "data" and "set_epoch" in first["cause_text"]
+    again = record("sampler_epochs.py", env={"SET_EPOCH": "1"}, tag="again")
+    assert compare_json(b, again)[0] == 0
+
+
 LOADER_WORKERS = """
 import os, torch
 from torch import nn

@@ -32,6 +32,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 from torch.utils.data import dataloader
+from torch.utils.data.distributed import DistributedSampler
 
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch import distributed, scaler
@@ -113,6 +114,7 @@ class TorchRecorder(Instrumentation):
         self.keras_layers_seen = False
         self.loaders_seen: list[dict[str, object]] = []  # each DataLoader's settings
         self.compiles_seen: list[dict[str, object]] = []  # each torch.compile call's settings
+        self.sampler_epochs: list[dict[str, object]] = []  # DistributedSampler.set_epoch calls
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -142,6 +144,7 @@ class TorchRecorder(Instrumentation):
         for name in ("trace", "trace_module"):
             self.patch(torch.jit, name, self._wrap_jit_trace)
         self.patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
+        self.patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)
         self.patch(torch, "manual_seed", functools.partial(self._wrap_seed, "torch.manual_seed"))
         self.patch(torch, "seed", functools.partial(self._wrap_seed, "torch.seed"))
         self.patch(random, "seed", functools.partial(self._wrap_seed, "random.seed"))
@@ -230,6 +233,8 @@ class TorchRecorder(Instrumentation):
             meta["dataloaders"] = {str(i): s for i, s in enumerate(self.loaders_seen)}
         if self.compiles_seen:
             meta["compile"] = {str(i): s for i, s in enumerate(self.compiles_seen)}
+        if self.sampler_epochs:
+            meta["sampler_epochs"] = self.sampler_epochs
         if self.keras_layers_seen:  # (compare words the note: see wording.KERAS_ON_TORCH)
             meta["keras_backend"] = "torch"
         return meta
@@ -781,6 +786,20 @@ class TorchRecorder(Instrumentation):
             self.session.seeds.append(
                 {"call": "DataLoader epoch base seed", "seed": repr(seed), "step": step}
             )
+
+    def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``DistributedSampler.set_epoch`` noted as a seed call (metadata ``sampler_epochs``):
+        the sampler shuffles with ``seed + epoch``, so a loop that never calls it repeats its
+        first epoch's order, which only the batches would otherwise show."""
+        calls, session = self.sampler_epochs, self.session
+
+        @functools.wraps(original)
+        def set_epoch(sampler: Any, epoch: int, *args: Any, **kwargs: Any) -> Any:
+            step = session.current_step  # ("sampler": short enough for the report's table)
+            calls.append({"call": "sampler.set_epoch", "seed": repr(epoch), "step": step})
+            return original(sampler, epoch, *args, **kwargs)
+
+        return set_epoch
 
     def _wrap_seed(self, label: str, original: Callable[..., Any]) -> Callable[..., Any]:
         session = self.session
