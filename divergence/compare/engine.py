@@ -87,21 +87,23 @@ def refuse_different_programs(a: RunFile, b: RunFile, other_scripts: bool = Fals
         raise IncomparableRunsError(
             f"{a.path} and {b.path} were recorded with different options ({options}): they "
             "hold different records",
-            hint="record both runs with the same --steps, --include, --exclude and "
-            "--granularity (the --dump options may differ)",
+            hint="record both runs with the same --include, --exclude and --granularity (the "
+            "--dump and --steps options may differ)",
         )
 
 
-SELECTING_OPTIONS = ("steps", "include", "exclude", "granularity")
+# (--steps is not among them: runs whose windows start at other steps are compared over the
+# steps both hold, see windows.py)
+SELECTING_OPTIONS = ("include", "exclude", "granularity")
 
 
 def recording_differences(meta_a: dict[str, object], meta_b: dict[str, object]) -> str:
     """The recorder options that select records and differ between two runs, as text.
 
-    >>> a = {"record_config": {"steps": "0:", "include": [], "dump": False}}
-    >>> b = {"record_config": {"steps": "3:6", "include": [], "dump": True}}
+    >>> a = {"record_config": {"granularity": "module", "include": [], "dump": False}}
+    >>> b = {"record_config": {"granularity": "op", "include": [], "dump": True}}
     >>> recording_differences(a, b)
-    '--steps 0: vs 3:6'
+    '--granularity module vs op'
     """
     config_a, config_b = meta_a.get("record_config"), meta_b.get("record_config")
     if not isinstance(config_a, dict) or not isinstance(config_b, dict):
@@ -109,26 +111,19 @@ def recording_differences(meta_a: dict[str, object], meta_b: dict[str, object]) 
     differing = []
     for option in SELECTING_OPTIONS:
         value_a, value_b = config_a.get(option), config_b.get(option)
-        if _selects(option, value_a) != _selects(option, value_b):
+        if _selects(value_a) != _selects(value_b):
             differing.append(f"--{option} {_option_text(value_a)} vs {_option_text(value_b)}")
     return "; ".join(differing)
 
 
-def _selects(option: str, value: object) -> object:
+def _selects(value: object) -> object:
     """What an option's value selects, for comparing two runs': globs as a set (their order
-    selects nothing), ``--steps`` by its start (runs that stop at other steps hold the same
-    records up to the earlier stop: a length divergence says the rest).
+    selects nothing).
 
-    >>> _selects("include", ["b*", "a*"]) == _selects("include", ["a*", "b*"])
-    True
-    >>> _selects("steps", "2:6") == _selects("steps", "2:")
+    >>> _selects(["b*", "a*"]) == _selects(["a*", "b*"])
     True
     """
-    if isinstance(value, list):
-        return frozenset(map(str, value))
-    if option == "steps" and isinstance(value, str):
-        return value.partition(":")[0] or "0"
-    return value
+    return frozenset(map(str, value)) if isinstance(value, list) else value
 
 
 def _option_text(value: object) -> str:
@@ -635,7 +630,8 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
         divergence.facts["ended"] = "cleanly"  # (not killed, not crashed, recorded to the end)
     ends = f"ends after {shorter.steps_complete} complete steps"
     goes_on = f"has {longer.steps_complete}"
-    if shorter.source_rows is not None and longer.steps.size:  # (lined up across a resume)
+    # (lined up across a resume, or read from a later --steps start: step numbers, not counts)
+    if (shorter.source_rows is not None or longer.source_rows is not None) and longer.steps.size:
         ends = (
             f"ends before step {step}" if not shorter.steps.size else f"ends after step {step - 1}"
         )

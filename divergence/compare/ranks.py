@@ -43,6 +43,7 @@ from divergence.compare.resume import (
     find_resume,
     started_otherwise,
 )
+from divergence.compare.windows import common_window
 from divergence.errors import (
     CorruptRunError,
     IncomparableRunsError,
@@ -275,6 +276,9 @@ def _compare_pair(
         ]
     known = {e.key for e in comparison.environment}
     comparison.environment.extend(e for e in environment if e.key not in known)
+    file_a, file_b, window = common_window(file_a, file_b)  # (--steps starting elsewhere)
+    if window and window not in comparison.notes:
+        comparison.notes.append(window)
     resume = find_resume(file_a, file_b)
     unaligned = file_a, file_b
     if resume is not None:  # (B continued A's training from a checkpoint: from there on)

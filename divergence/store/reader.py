@@ -162,7 +162,7 @@ class RunFile:
         ends = np.flatnonzero(records["kind"] == Kind.STEP_END)
         records["fp"][ends] = [step_end_fp(int(step)) for step in records["step"][ends]]
         source = rows if self.source_rows is None else self.source_rows[rows]
-        dumped = np.flatnonzero(np.isin(source, np.fromiter(self.dumped_rows, np.int64)))
+        dumped = np.flatnonzero(np.isin(rows, np.fromiter(self.dumped_rows, np.int64)))
         return replace(
             self,
             records=records,

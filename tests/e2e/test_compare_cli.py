@@ -95,6 +95,36 @@ def test_shorter_complete_run_is_a_length_divergence(record: Recorder) -> None:
     assert "4 complete steps" in report["first_divergence"]["origin_text"]
 
 
+def test_runs_recorded_from_other_steps_compare_over_the_steps_both_hold(
+    record: Recorder,
+) -> None:
+    """``--steps 2:`` against a whole run: compared from step 2 on, in either order, with a
+    note; a flip at step 3 is found there; a window that stops first is a length difference
+    told in step numbers; windows with no step in common are refused in one line."""
+    whole, flipped = record("mlp.py", tag="a"), record("mlp.py", "--flip-step", "3")
+    late = record("mlp.py", options=("--steps", "2:"))
+    for a, b in ((late, whole), (whole, late)):
+        code, report = compare_json(a, b)
+        assert code == 0, report
+        start = "2 and run B from step 0" if a == late else "0 and run B from step 2"
+        note = f"run A was recorded from step {start} (--steps): compared from step 2 on"
+        assert note in report["notes"]
+    code, report = compare_json(late, flipped)
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["location"], first["origin"]) == (3, "block", True)
+    code, report = compare_json(record("mlp.py", options=("--steps", "2:4")), whole)
+    first = report["first_divergence"]
+    assert code == 1 and (first["reason"], first["step"]) == ("length", 4)
+    assert (
+        "ends after step 3 (recorded with --steps 2:4); the other run goes on to step 5"
+        in (first["origin_text"])
+    )
+    early = record("mlp.py", options=("--steps", "0:2"))
+    refused = run_cli("compare", str(early), str(late))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "the runs have no step in common" in refused.stderr
+
+
 def test_unseeded_initialisation_is_put_down_to_the_seed_the_os_gave(record: Recorder) -> None:
     """``torch.seed()`` before building the model: the seed each run drew is in the metadata,
     so the report names the seed calls (not only "another random state")."""
