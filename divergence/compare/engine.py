@@ -468,12 +468,19 @@ def _ended_inside_step(key: str, a: RunFile, b: RunFile, row: int) -> Divergence
             f"{origin} the {at.label} ({at.phase}) that the other run recorded next; every "
             "record before matched"
         )
+        if _ended_cleanly(file):
+            divergence.facts["ended"] = "cleanly"
         return divergence
     return None
 
 
 # where a pass over a batch starts: another training step after a validation pass, say
 NEW_PASS_PHASES = frozenset({Phase.RNG.label, Phase.DATA.label, Phase.FORWARD.label})
+
+
+def _ended_cleanly(file: RunFile) -> bool:
+    """Not killed, not crashed, recorded to the end: closed with exit status 0, no failure."""
+    return file.complete and file.exit_status == 0 and not (file.end or {}).get("failure")
 
 
 def _raised(file: RunFile, prefix: str = "") -> str:
@@ -626,8 +633,8 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     window = config.get("steps", "") if isinstance(config, dict) else ""
     stopped = isinstance(window, str) and ":" in window and not window.endswith(":")
     limited = f" (recorded with --steps {window})" if stopped else ""
-    if shorter.complete and shorter.exit_status == 0 and not (shorter.end or {}).get("failure"):
-        divergence.facts["ended"] = "cleanly"  # (not killed, not crashed, recorded to the end)
+    if _ended_cleanly(shorter):
+        divergence.facts["ended"] = "cleanly"
     ends = f"ends after {shorter.steps_complete} complete steps"
     goes_on = f"has {longer.steps_complete}"
     # (lined up across a resume, or read from a later --steps start: step numbers, not counts)

@@ -2,6 +2,9 @@
 both hold. Step numbers are the program's own (a window selects steps, it does not renumber
 them), so the run that started recording earlier is read from the other's first step on. Where
 the windows stop is a length question, which compare answers as for any shorter run.
+The later window's first step opens with the state its optimizers held when recording began
+(init records the other run has not: it recorded that state after the step before): left out,
+as a result of steps the other run holds.
 
 >>> window_start({"record_config": {"steps": "4:12"}}), window_start({"record_config": {}})
 (4, 0)
@@ -13,6 +16,7 @@ import numpy as np
 
 from divergence.errors import IncomparableRunsError
 from divergence.store.reader import RunFile
+from divergence.store.schema import Kind, Phase
 
 
 def window_start(meta: dict[str, object]) -> int:
@@ -38,10 +42,18 @@ def common_window(a: RunFile, b: RunFile) -> tuple[RunFile, RunFile, str]:
             "recording starts (--steps): the runs have no step in common",
             hint="record both runs over --steps windows that overlap",
         )
-    trimmed = earlier.view(rows)
-    a, b = (trimmed, b) if earlier is a else (a, trimmed)
+    trimmed, later = earlier.view(rows), _without_state_held(later)
+    a, b = (trimmed, later) if earlier is a else (later, trimmed)
     note = (
         f"run A was recorded from step {start_a} and run B from step {start_b} (--steps): "
         f"compared from step {start} on"
     )
     return a, b, note
+
+
+def _without_state_held(run: RunFile) -> RunFile:
+    """``run`` without the optimizer state recorded as held at its first step (init)."""
+    records = run.records
+    held = (records["phase"] == Phase.INIT) & (records["kind"] == Kind.OPTIM_STATE)
+    held &= records["step"] == records["step"][0] if records.size else held
+    return run.view(np.flatnonzero(~held)) if held.any() else run

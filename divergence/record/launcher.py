@@ -23,6 +23,7 @@ from types import FrameType
 import divergence
 from divergence.errors import RecordError
 from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
+from divergence.store.reader import read_meta
 from divergence.store.writer import mark_exit_status
 from divergence.wording import counted, describe_status
 
@@ -213,9 +214,25 @@ def finish(
         return status if status else 2
     progress = Progress.read(handshake)
     say(f"recorded {progress.line()} into {output}/ ({describe_status(status)})")
+    for note in _notes(files):
+        say(f"note: {note}")
     run = shlex.quote(_short(output))
     say(f"next: diverge info {run}   |   diverge compare {run} OTHER_RUN")
     return status
+
+
+def _notes(files: list[Path]) -> list[str]:
+    """The recorders' notes on what this recording may have changed or left out (the run
+    metadata's ``notes``), each once."""
+    notes: list[str] = []
+    for file in files:
+        try:
+            found = read_meta(file).get("notes")
+        except (OSError, ValueError):  # (an unreadable file is compare's to report)
+            continue
+        if isinstance(found, list):
+            notes += [n for n in found if isinstance(n, str) and n not in notes]
+    return notes
 
 
 def _not_started(handshake: Path, status: int, command: list[str]) -> RecordError:

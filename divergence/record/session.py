@@ -82,6 +82,8 @@ class Session:
         self.step = 0
         self.mode = "auto"
         self.on_step_start: list[Callable[[Session], None]] = []
+        # every step opened, inside --steps or not (on_step_start: only the recorded ones)
+        self.on_step_open: list[Callable[[], None]] = []
         self.on_finish: list[Callable[[], None]] = []  # before the last records are written
         # at divergence.step(), before the step is written: what the step's own code changed
         self.on_explicit_step: list[Callable[[], None]] = []
@@ -149,6 +151,8 @@ class Session:
         self._continuable = False
         if not self._open:
             self._open = True
+            for opened in self.on_step_open:
+                opened()
             if self.recording:
                 for callback in self.on_step_start:
                     callback(self)
@@ -164,6 +168,15 @@ class Session:
             self._open = True
             return self.recording
         return self.begin_event()
+
+    def optimizer_event_recorded(self) -> bool:
+        """Whether :meth:`begin_optimizer_event` would record, asked without opening anything:
+        an optimizer continuing the step another one closed belongs to that step (``--steps``
+        may hold it and not the next, or the next and not it)."""
+        if not self._continuable:
+            return self.recording
+        every = self._every_step or self.mode == "auto"
+        return not self.failure and (every or self.config.steps.contains(self.step - 1))
 
     def optimizer_stepped(self) -> None:
         """After an ``optimizer.step()``: the step is written now, so a kill right

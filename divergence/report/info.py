@@ -110,6 +110,8 @@ class RunSummary:
             rows = [("kinds", ", ".join(f"{k} {n:,}" for k, n in p.kinds.items()))]
             rows += [(key, str(flat[key])) for key in SHOWN_META if key in flat]
             rows += [(key, str(value)) for key, value in flat.items() if key.startswith("env.")]
+            notes = p.meta.get("notes")
+            rows += [("note", str(note)) for note in notes] if isinstance(notes, list) else []
             yield key_value_table(rows)
         for what, lines in (("unreadable", self.unreadable), ("missing", self.missing)):
             for line in lines:

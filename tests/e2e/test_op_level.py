@@ -368,3 +368,40 @@ def test_a_tensor_an_overwriting_op_also_reads_is_compared(tmp_path: Path) -> No
         if r["kind"] == Kind.OP_INPUT and "bernoulli_" in file.strings[r["name"]]
     ]
     assert inputs[:2] == [(0, 1, OVERWRITTEN), (1, 0, inputs[1][2])]
+
+
+def test_two_optimizers_stepping_in_turn_share_a_step_as_at_module_level(
+    tmp_path: Path,
+) -> None:
+    """Adam for one layer, SGD for the other, stepped one after the other: at op level too the
+    second one's update continues the step the first one closed (torch's ``record_function``
+    mark that ``Optimizer.step`` emits before its pre-hooks opened a step of its own, and so did
+    the second optimizer's first op): each iteration is one step, as ``hunt`` needs to zoom
+    into the module level's step."""
+    import torch
+    from torch import nn
+
+    import divergence
+    from divergence.store.run import Run
+    from divergence.store.schema import Phase
+
+    def train(granularity: str) -> Path:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        adam = torch.optim.Adam(model[0].parameters(), lr=0.01)
+        sgd = torch.optim.SGD(model[2].parameters(), lr=0.01)
+        with divergence.Recorder(tmp_path / granularity, granularity=granularity):
+            for _ in range(3):
+                adam.zero_grad()
+                sgd.zero_grad()
+                nn.functional.mse_loss(model(torch.randn(4, 4)), torch.randn(4, 2)).backward()
+                adam.step()
+                sgd.step()
+        return tmp_path / granularity
+
+    module, op = (Run.open(train(g)).processes[0].load() for g in ("module", "op"))
+    assert module.steps_complete == op.steps_complete == 3
+    for step in range(3):
+        rows = op.records[(op.records["step"] == step) & (op.records["phase"] == Phase.OPTIMIZER)]
+        owners = {op.strings[r["name"]].partition("/")[0] for r in rows}
+        assert {"Adam", "SGD"} <= owners, (step, owners)

@@ -78,24 +78,52 @@ def test_lbfgs_closure_forwards_stay_inside_their_step(
     assert all(n > 1 for n in batches_per_step(run))  # several closure evaluations per step
 
 
+TWO_OPTIMIZERS = (
+    "import torch\n"
+    "torch.manual_seed(0)\n"
+    "enc, dec = torch.nn.Linear(4, 3), torch.nn.Linear(3, 4)\n"
+    "model = torch.nn.Sequential(enc, dec)\n"
+    "o1 = torch.optim.SGD(enc.parameters(), lr=0.1)\n"
+    "o2 = torch.optim.Adam(dec.parameters())\n"
+    "for _ in range(4):\n"
+    "    model(torch.randn(2, 4)).pow(2).mean().backward()\n"
+    "    o1.step(); o2.step(); o1.zero_grad(); o2.zero_grad()\n"
+)
+
+
 def test_two_optimizers_stepping_back_to_back_share_a_step(tmp_path: Path) -> None:
     script = tmp_path / "two.py"
-    script.write_text(
-        "import torch\n"
-        "torch.manual_seed(0)\n"
-        "enc, dec = torch.nn.Linear(4, 3), torch.nn.Linear(3, 4)\n"
-        "model = torch.nn.Sequential(enc, dec)\n"
-        "o1 = torch.optim.SGD(enc.parameters(), lr=0.1)\n"
-        "o2 = torch.optim.Adam(dec.parameters())\n"
-        "for _ in range(4):\n"
-        "    model(torch.randn(2, 4)).pow(2).mean().backward()\n"
-        "    o1.step(); o2.step(); o1.zero_grad(); o2.zero_grad()\n"
-    )
+    script.write_text(TWO_OPTIMIZERS)
     run = recorded(tmp_path, str(script))
     assert run.steps.tolist() == [0, 1, 2, 3]
     params = run.records[(run.records["kind"] == Kind.PARAM) & (run.records["step"] == 1)]
     names = sorted(run.strings[i] for i in params["name"])
     assert names == ["0.bias", "0.weight", "1.bias", "1.weight"]
+
+
+@pytest.mark.parametrize("granularity", ["module", "op"])
+def test_two_optimizers_in_a_steps_window_hold_their_whole_step(
+    tmp_path: Path, granularity: str
+) -> None:
+    """``--steps 2:3``: the second optimizer of step 1, outside the window, continues step 1
+    (it was taken for the first stepping again, and opened step 2 with its own update, so the
+    window held no forward and the real step 2 went unrecorded). The window's step is the
+    whole run's step 2, record for record."""
+    script = tmp_path / "two.py"
+    script.write_text(TWO_OPTIMIZERS)
+    whole, window = tmp_path / "whole", tmp_path / "window"
+    for out, steps in ((whole, "0:"), (window, "2:3")):
+        options = ("--granularity", granularity, "--steps", steps)
+        result = run_cli("record", "-o", str(out), *options, "--", sys.executable, str(script))
+        assert result.returncode == 0, result.stderr
+    (file,) = window.glob("*.h5")
+    run = RunFile.open(file)
+    assert run.steps.tolist() == [2]
+    assert (run.records["phase"] == Phase.FORWARD).any()
+    code, report = compare_json(whole, window)
+    first = report["first_divergence"]
+    assert code == 1 and (first["reason"], first["step"]) == ("length", 3), first
+    assert first["origin_text"].endswith("common records match")
 
 
 ZERO = (

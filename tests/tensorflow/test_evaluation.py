@@ -58,3 +58,17 @@ def test_another_loss_weight_given_to_compile_is_named(keras_cli: Any, tmp_path:
     )  # fmt: skip
     assert "loss_weights 0.5 in run A, 0.25 in run B" in first["origin_text"]
     assert first["cause"] == "configuration" and "compiled with other" in first["cause_text"]
+
+
+EARLY_STOP = SCRIPT.with_name("keras_early_stop.py")
+
+
+def test_a_fit_stopped_early_by_a_callback_is_named_as_such(keras_cli: Any, tmp_path: Path) -> None:
+    """EarlyStopping ends one fit after a validation pass where the other trains on: a length
+    difference inside the step, in a run that ended cleanly, is the loop stopping earlier,
+    not a kill or a crash."""
+    code, report = keras_cli.compare_pair(tmp_path, EARLY_STOP, envs=(None, {"MIN_DELTA": "0.05"}))
+    first = report["first_divergence"]
+    assert code == 1 and first["reason"] == "length", first
+    assert "ends before" in first["origin_text"]
+    assert first["cause"] == "length" and "EarlyStopping" in first["cause_text"]

@@ -6,6 +6,7 @@ training step 2, in-graph; compare must find it there and call it the origin.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,26 @@ def test_notes_say_what_xla_and_steps_per_execution_change(keras_cli: Any, runs:
     assert any("steps_per_execution=2" in note for note in per_execution.meta["notes"])
     assert int(per_execution.records["step"].max()) == 2  # 6 batches in 3 executions
     assert per_execution.meta["steps_per_execution"] == 2
+
+
+def test_a_probe_between_ops_grappler_fuses_is_said(
+    keras_cli: Any, runs: Path, tmp_path: Path
+) -> None:
+    """A Dense without activation whose output a residual Add reads: the layer probes keep
+    grappler from fusing the bias add with the Add, which an unrecorded fit does, so the run
+    may end with other bits (it did on this CPU); record says so, and so does info. The sample
+    model, whose weights equal an unrecorded fit's (tested above), gets no such note."""
+    script = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_residual.py"
+    out = tmp_path / "residual"
+    diverge = [sys.executable, "-m", "divergence"]
+    result = keras_cli.run([*diverge, "record", "-o", str(out), "--", "python", str(script)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = "diverge: note: inside tf.function, a probe read the output of an op that grappler"
+    assert said in result.stderr
+    info = keras_cli.run([*diverge, "info", str(out)]).stdout
+    assert "\n  note " in info and "with other bits than an unrecorded one" in info
+    notes = Run.open(runs / "fit").processes[0].load().meta.get("notes", [])
+    assert not any("grappler" in note for note in notes)
 
 
 def test_a_step_of_several_training_steps_claims_no_origin(keras_cli: Any, runs: Path) -> None:

@@ -89,6 +89,26 @@ XLA_NOTE = (
 )
 
 
+# Ops whose output grappler fuses with the op that reads it when nothing else reads it (the
+# remapper: a bias add with an activation or a residual Add; the arithmetic optimizer: chains of
+# adds), and the Keras layers whose ops do so: a probe between them is a second reader, so a
+# recorded function keeps them apart where an unrecorded one fuses them, and the fused kernel
+# can round otherwise.
+FUSIBLE_PRODUCERS = frozenset(
+    {"BiasAdd", "MatMul", "Conv2D", "Conv3D", "DepthwiseConv2dNative", "BatchMatMulV2"}
+    | {"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "Add", "AddV2"}
+)
+FUSING_LAYERS = frozenset(
+    {"Activation", "ReLU", "LeakyReLU", "ELU", "Add", "GaussianNoise", "GaussianDropout"}
+)
+FUSION_NOTE = (
+    "inside tf.function, a probe read the output of an op that grappler can fuse with the op "
+    "after it (a Dense or Conv without activation, then an Activation layer, an Add, a noise "
+    "layer; a BatchNormalization): read, the two stay apart, so this run may end with other "
+    "bits than an unrecorded one; runs recorded alike compare as usual"
+)
+
+
 class KerasRecorder(Instrumentation):
     """Owns every patch; :meth:`remove` undoes them in reverse order."""
 
@@ -256,11 +276,17 @@ class KerasRecorder(Instrumentation):
             self.session.fail(f"naming {type(layer).__name__}: {type(exc).__name__}: {exc}")
             name = type(layer).__name__
         self.stack.append(name)
-        self.guard(self._record_inputs)(name, root, mode, args, kwargs)
+        self.guard(self._record_inputs)(name, root, mode, args, kwargs, type(layer).__name__)
         return name
 
     def _record_inputs(
-        self, name: str, root: bool, mode: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        name: str,
+        root: bool,
+        mode: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        layer_type: str = "",
     ) -> None:
         s = self.session
         if root and mode == EAGER:
@@ -275,6 +301,8 @@ class KerasRecorder(Instrumentation):
         # in a tape loop) may be training, and a tensor flag is not known here
         note = INFERENCE_CALL if root and kwargs.get("training") is False else ""
         keys, tensors = keyed_tensors_of((args, kwargs))
+        if mode == GRAPH and not root and _fuses(layer_type, tensors):
+            self.note(FUSION_NOTE)
         self.record(mode, phase, kind, name, tensors, note, keys)
 
     def leave(self, layer: Any, name: str, mode: str, outputs: Any) -> None:
@@ -741,6 +769,18 @@ class KerasRecorder(Instrumentation):
 
 SEVERAL = object()  # a variable's tape gradient when several tape.gradient() calls gave one
 COMPILE_SETTINGS = ("loss", "loss_weights", "jit_compile", "run_eagerly", "steps_per_execution")
+
+
+def _fuses(layer_type: str, inputs: list[Any]) -> bool:
+    """Whether a layer of ``layer_type`` runs ops that grappler can fuse with the op that made
+    one of its (traced) ``inputs``, which a probe reads.
+
+    >>> _fuses("Dense", []), _fuses("Activation", [])
+    (False, False)
+    """
+    return layer_type in FUSING_LAYERS and any(
+        getattr(getattr(t, "op", None), "type", "") in FUSIBLE_PRODUCERS for t in inputs
+    )
 
 
 def _compile_value(value: object, depth: int = 0) -> object:

@@ -179,6 +179,8 @@ class OpRecorder(OpZoom):
         ``module``, now innermost."""
         if self.active and self.session.recording:
             self.owners.mark(module)
+        elif self.active:
+            self._exit_if_done()
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         if torch.compiler.is_compiling():  # (traced, it would guard on the recorder's state)
@@ -189,10 +191,16 @@ class OpRecorder(OpZoom):
         if torch.compiler.is_compiling():
             return
         self.optimizer = ""
+        self._exit_if_done()
+
+    def _exit_if_done(self) -> None:
+        """Past the last step of ``--steps`` the zoom costs nothing: the mode goes, unless a
+        second optimizer may still continue the last recorded step (then at the next module
+        call; never from inside the mode's own dispatch)."""
         s = self.session
         stop = s.config.steps.stop
-        if stop is not None and s.step >= stop:
-            self._exit_mode()  # no later step is recorded: the zoom costs nothing from here
+        if stop is not None and s.step >= stop and not s.optimizer_event_recorded():
+            self._exit_mode()
 
     # --- the op -------------------------------------------------------------------------------
     def where(self) -> tuple[Phase, str]:
@@ -205,6 +213,16 @@ class OpRecorder(OpZoom):
         stack = self.recorder.stack
         return Phase.FORWARD, stack[-1] if stack else ""
 
+    def _opens(self, phase: Phase) -> Callable[[], bool]:
+        """How an op's records open their event: an op of a second optimizer stepping right
+        after another continues the step the first one closed, as the module recorder's
+        records of that update do (:meth:`Session.begin_optimizer_event`); an optimizer
+        stepping again (LBFGS) and every other op open the next step if none is open."""
+        r = self.recorder
+        if phase is Phase.OPTIMIZER and r.stepping and r.stepping[-1] not in r.stepped_this_step:
+            return self.session.begin_optimizer_event
+        return self.session.begin_event
+
     def record_name(self, module: str, func: Any) -> str:
         key = (module, id(func))
         name = self.names.get(key)
@@ -214,13 +232,15 @@ class OpRecorder(OpZoom):
 
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         s = self.session
-        if self.paused or self.disabled or not s.recording or self.recorder.jit_tracing:
+        # (a second optimizer's update can belong to a recorded step when the next is not)
+        recording = s.recording or s.optimizer_event_recorded()
+        if self.paused or self.disabled or not recording or self.recorder.jit_tracing:
             return func(*args, **kwargs)
         view, plan = False, None
         try:
             info = self._info(func)
             view = info.view
-            if not view:
+            if not (view or info.marker):
                 plan = self.before(func, info, args, kwargs)
         except Exception as exc:  # a recorder bug must not kill the training
             s.fail(f"op {func}: {type(exc).__name__}: {exc}")
@@ -275,7 +295,7 @@ class OpRecorder(OpZoom):
         s = self.session
         phase, module = self.where()
         name = self.record_name(module, func)
-        if not s.begin_event() or not s.wants(name):
+        if not self._opens(phase)() or not s.wants(name):
             return None
         inputs = _call_tensors(args, kwargs)
         written = _written(info, args, kwargs) if info.written else []
@@ -361,6 +381,9 @@ class _OpInfo:
     uninitialised: bool  # its output is uninitialised memory
     written: tuple[tuple[int, str], ...]  # (position, name) of each argument it writes
     overwrites: bool  # it overwrites what it writes whole, without reading it
+    # a profiler mark (``record_function``, which Optimizer.step and DataLoader emit): it takes
+    # and makes no tensor, and must not open a step (it runs before an optimizer's pre-hooks)
+    marker: bool
 
     @classmethod
     def of(cls, func: Any) -> _OpInfo:
@@ -370,6 +393,7 @@ class _OpInfo:
             view=func.is_view,
             uninitialised=func.overloadpacket.__name__ in UNINITIALISED,
             overwrites=func.overloadpacket.__name__ in OVERWRITES,
+            marker=func.namespace == "profiler",
             written=tuple(
                 (index, argument.name)
                 for index, argument in enumerate(schema.arguments)

@@ -160,6 +160,10 @@ class TorchRecorder(Instrumentation):
             probe=self.probe,
             pending=(PendingSum, resolve_pending),
         )
+        # (every step, recorded or not: a second optimizer continuing a step outside --steps
+        # must not be taken for the first one stepping again)
+        s.on_step_open.append(self.stepped_this_step.clear)
+        self.undo.append(lambda: s.on_step_open.remove(self.stepped_this_step.clear))
         self.undo.append(distributed.install(s))  # collectives, DDP buckets, rank metadata
         scaler.install(self)  # GradScaler's state, and the steps it skips
         settle = self.guard(self.settle_compiled_steps)
@@ -474,20 +478,21 @@ class TorchRecorder(Instrumentation):
         (:meth:`Session.begin_optimizer_event`)."""
         self._enter_step(optimizer)
         s = self.session
-        if not s.recording:
+        # What the update reads and was not recorded belongs to the step this update belongs
+        # to: a second optimizer's (clipped with the first's) continues the step the first
+        # closed, whose number is one less than the session's now (inside --steps or not);
+        # the same optimizer stepping again opens the next (LBFGS reads the gradients of the
+        # closure it calls, not these, left by the last step).
+        again = id(optimizer) in self.stepped_this_step
+        begin = s.begin_event if again else s.begin_optimizer_event
+        if not (s.recording if again else s.optimizer_event_recorded()):
             return
         stepped = self._stepped_parameters(optimizer)
         for name, param in stepped:
             self._add_if_written(Phase.BACKWARD, name, param, s.begin_optimizer_event)
         if optimizer not in self.optimizers_seen:
             self.optimizers_seen.add(optimizer)
-            self._add_state_held(optimizer, stepped)
-        # The gradients the update reads, where not recorded: an event of the step this
-        # update belongs to. A second optimizer's (clipped with the first's) continue the step
-        # the first closed; the same optimizer stepping again opens the next (LBFGS reads the
-        # gradients of the closure it calls, not these, left by the last step).
-        again = id(optimizer) in self.stepped_this_step
-        begin = s.begin_event if again else s.begin_optimizer_event
+            self._add_state_held(optimizer, stepped, begin)
         for name, param in stepped:
             grad = param.grad
             if grad is not None and self.params.grad_changed(param) and s.wants(name):
@@ -501,7 +506,10 @@ class TorchRecorder(Instrumentation):
                 self.params.grad_recorded(param, value)
 
     def _add_state_held(
-        self, optimizer: torch.optim.Optimizer, stepped: list[tuple[str, torch.Tensor]]
+        self,
+        optimizer: torch.optim.Optimizer,
+        stepped: list[tuple[str, torch.Tensor]],
+        begin: Callable[[], bool],
     ) -> None:
         """The state an optimizer holds before the first step the recorder sees (loaded with
         ``load_state_dict`` from a checkpoint, or kept from steps before recording began): an
@@ -511,7 +519,7 @@ class TorchRecorder(Instrumentation):
         for name, param in stepped:
             for key, value in sorted(optimizer.state.get(param, {}).items(), key=_by_key):
                 slot = self._state_label(name, key)
-                if isinstance(value, torch.Tensor) and s.wants(slot) and s.begin_event():
+                if isinstance(value, torch.Tensor) and s.wants(slot) and begin():
                     self._add(Phase.INIT, Kind.OPTIM_STATE, slot, value, cached=False)
 
     def _enter_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -682,7 +690,6 @@ class TorchRecorder(Instrumentation):
 
     def at_step_start(self, session: Session) -> None:
         self.cache.clear()
-        self.stepped_this_step.clear()
         if any(entry[0]() is None for entry in self.roots):
             self.roots = [entry for entry in self.roots if entry[0]() is not None]
             self.params.forget_freed(r for ref, _, _ in self.roots if (r := ref()) is not None)
