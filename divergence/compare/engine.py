@@ -220,6 +220,13 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     value_differs = result.value_differs
     rng_differs = value_differs & rng_rows
     value_differs &= ~rng_rows
+    # Settings (an optimizer's foreach=, a layer's arguments) that differ while every tensor
+    # matched changed no bits: said in a note, as a differing DataLoader setting is.
+    settings_rows = value_differs & (a.records["kind"][:structure_end] == Kind.HYPERPARAM)
+    settings_only = bool(settings_rows.any()) and not (value_differs & ~settings_rows).any()
+    settings = _differing_names(a, settings_rows) if settings_only else []
+    if settings_only:
+        value_differs = value_differs & ~settings_rows
     first_value = int(np.argmax(value_differs)) if value_differs.any() else None
     if first_value is not None and BARE_TENSOR in a.strings:
         bare = a.strings.index(BARE_TENSOR)
@@ -257,7 +264,16 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         first=first,
         propagation=propagation,
         rng_differences=sorted(a.strings[i] for i in rng_names),
+        settings_differences=settings,
     )
+
+
+def _differing_names(run: RunFile, rows: np.ndarray) -> list[str]:
+    """``name (step S)`` for each name among the differing ``rows``, at its first step."""
+    first: dict[str, int] = {}
+    for row in np.flatnonzero(rows)[:1000]:
+        first.setdefault(run.strings[run.records["name"][row]], int(run.records["step"][row]))
+    return [f"{name} (step {step})" for name, step in first.items()]
 
 
 def _initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, note: int) -> int:
@@ -740,6 +756,12 @@ def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
 def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
     notes = []
     for p in processes:
+        if p.first is None and p.settings_differences:
+            notes.append(
+                f"{p.process}: settings differ ({', '.join(p.settings_differences)}) but no "
+                "recorded tensor does: they changed no bits (diverge show --against lists "
+                "their values)"
+            )
         if p.first is None and p.rng_differences:
             notes.append(
                 f"{p.process}: generator states differ ({', '.join(p.rng_differences)}) "

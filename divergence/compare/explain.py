@@ -132,6 +132,13 @@ def _explain_kind(
         divergence.origin_text = f"in the backward of {_code(module)} (gradient of {_code(name)})"
     elif kind == Kind.PARAM and divergence.phase in WRITE_PHASES:
         divergence.origin = True
+        if run.meta.get("framework") == "tensorflow":  # (recorded as a later fit() starts)
+            divergence.origin_text = (
+                f"before step {step}'s fit() started: code between two fit() calls wrote "
+                f"{_code(name)} (load_weights(), set_weights(), assign(), or a callback at the "
+                "end of the earlier fit); every record before it matched"
+            )
+            return
         divergence.origin_text = (
             f"after {_code(name)}'s last record and {written_when(divergence.phase, step)}: "
             "other code than an optimizer step wrote the parameter, the training code or a "
@@ -163,7 +170,10 @@ def _explain_kind(
             divergence.origin_text += hooks
     else:
         late = divergence.facts.get("seen") == "late"
-        divergence.origin_text = _origin_outside(kind, name, step, late)
+        initial = divergence.phase == Phase.INIT.label
+        divergence.origin_text = _origin_outside(kind, name, step, late, initial)
+        if kind == Kind.OPTIM_STATE and name.endswith(LOSS_SCALE):
+            divergence.origin = True  # (an input of the step, as a GradScaler's state is)
         earlier = _models_before(run, same_step, name) if kind == Kind.BATCH else []
         if earlier and name not in LOSS_INPUTS:
             divergence.facts["batch"] = "after_model"
@@ -607,6 +617,9 @@ def _compiled_region_before(run: RunFile, row: int) -> str | None:
     return None
 
 
+# a LossScaleOptimizer's scale, recorded as its loss is scaled (frameworks/tensorflow/recorder.py)
+LOSS_SCALE = ".loss_scale"
+
 # A parameter recorded in these phases was written outside an optimizer step: seen at a model's
 # call (forward) or right before an optimizer step (backward).
 WRITE_PHASES = (Phase.FORWARD.label, Phase.BACKWARD.label)
@@ -623,7 +636,9 @@ def written_when(phase: str, step: int) -> str:
     return f"before step {step}'s forward"
 
 
-def _origin_outside(kind: Kind, name: str, step: int, late: bool = False) -> str:
+def _origin_outside(
+    kind: Kind, name: str, step: int, late: bool = False, initial: bool = False
+) -> str:
     if kind == Kind.PARAM and late:
         return (
             f"before step {step}, where this model was first called: its weights as the "
@@ -633,6 +648,11 @@ def _origin_outside(kind: Kind, name: str, step: int, late: bool = False) -> str
         return "before training: the initial parameters differ"
     if kind == Kind.RNG_STATE:
         return f"before step {step} started: the {name} generator state differs"
+    if kind == Kind.OPTIM_STATE and name.endswith(LOSS_SCALE):
+        return (
+            f"in the loss scale ({_code(name)}) the optimizer multiplied the loss by, before "
+            "the backward: its settings, or the steps it grew or backed off in"
+        )
     if kind == Kind.OPTIM_STATE:
         return (
             f"before the first optimizer step recorded: the state the optimizer held "
@@ -647,6 +667,12 @@ def _origin_outside(kind: Kind, name: str, step: int, late: bool = False) -> str
         )
     if kind == Kind.BATCH:
         return "in the data pipeline, before the model saw the batch"
+    if kind == Kind.BUFFER and initial:
+        return (
+            f"before training: the value {_code(name)} started from differs (what the model "
+            "was built with or loaded: a checkpoint's running statistics, a pruning mask, a "
+            "spectral norm's vectors)"
+        )
     if kind == Kind.BUFFER:
         return f"in the forward passes that update {_code(name)} (running statistics)"
     return f"between the previous probe and {_code(name)}"

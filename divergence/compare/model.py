@@ -215,6 +215,8 @@ class ProcessComparison:
     first: Divergence | None
     propagation: Propagation | None
     rng_differences: list[str] = field(default_factory=list)
+    # settings records that differ where no tensor did: "AdamW.group0 (step 0)"
+    settings_differences: list[str] = field(default_factory=list)
     role: str = ""  # multi-rank runs: see compare/ranks.py ROLES
     role_text: str = ""
     # "run A (pid1.h5): <reason>" for each file whose recording stopped early (its end says why)

@@ -187,6 +187,21 @@ def test_a_sampler_whose_epoch_is_never_set_is_named(record: Recorder) -> None:
     assert compare_json(b, again)[0] == 0
 
 
+def test_a_buffer_loaded_otherwise_is_named_at_the_start(record: Recorder) -> None:
+    """Another checkpoint's running statistics: the buffers' initial values are recorded, so
+    the first difference is the buffer before training, not the forwards that update it (the
+    report blamed "compute" there)."""
+    a = record("buffer_checkpoint.py")
+    b = record("buffer_checkpoint.py", env={"OTHER_STATS": "1"})
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["phase"], first["kind"], first["location"]) == (
+        0, "init", "buffer", "1.running_var",
+    )  # fmt: skip
+    assert "before training: the value `1.running_var` started from" in first["origin_text"]
+    assert first["cause"] == "initialisation" and "a buffer differs" in first["cause_text"]
+
+
 LOADER_WORKERS = """
 import os, torch
 from torch import nn
@@ -225,3 +240,37 @@ def test_a_loader_setting_that_changes_no_batch_is_no_divergence(tmp_path: Path)
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
     keys = [d["key"] for d in report["environment_differences"]]
     assert keys == ["dataloaders.0.in_order", "dataloaders.0.num_workers"]  # (workers only)
+
+
+FOREACH = """
+import os, torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5))
+foreach = os.environ.get("FOREACH") == "1"
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, foreach=foreach)
+for _ in range(3):
+    optimizer.zero_grad()
+    x, y = torch.randn(16, 20), torch.randint(0, 5, (16,))
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+"""
+
+
+def test_a_setting_that_changes_no_bits_is_a_note_not_a_divergence(tmp_path: Path) -> None:
+    """Plain SGD with foreach=True and with foreach=False compute the same bits (on the CPU the
+    foreach kernels fall back to the per-tensor ones): the settings record differs, no tensor
+    does. Identical (exit 0), with a note naming the setting."""
+    script = tmp_path / "foreach.py"
+    script.write_text(FOREACH)
+    runs = []
+    for flag in ("0", "1"):
+        run = tmp_path / f"foreach{flag}"
+        command = (sys.executable, str(script))
+        result = run_cli("record", "-o", str(run), "--", *command, env={"FOREACH": flag})
+        assert result.returncode == 0, result.stderr
+        runs.append(run)
+    code, report = compare_json(*runs)
+    assert code == 0 and report["status"] == "identical", report["first_divergence"]
+    assert report["processes"][0]["settings_differences"] == ["SGD.group0 (step 0)"]
+    assert any("settings differ (SGD.group0 (step 0))" in note for note in report["notes"])

@@ -72,3 +72,47 @@ def test_a_fit_stopped_early_by_a_callback_is_named_as_such(keras_cli: Any, tmp_
     assert code == 1 and first["reason"] == "length", first
     assert "ends before" in first["origin_text"]
     assert first["cause"] == "length" and "EarlyStopping" in first["cause_text"]
+
+
+TWO_FITS = SCRIPT.with_name("keras_two_fits.py")
+
+
+def test_weights_loaded_between_two_fits_are_named_there(keras_cli: Any, tmp_path: Path) -> None:
+    """load_weights() between two fits in one run only: the model's variables are recorded as
+    the second fit starts, so the write is named there (it was called a compute origin at the
+    first layer that read the weights)."""
+    code, report = keras_cli.compare_pair(tmp_path, TWO_FITS, envs=(None, {"LOAD_INITIAL": "1"}))
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["phase"], first["kind"]) == (2, "forward", "param")
+    assert "code between two fit() calls wrote" in first["origin_text"]
+    assert first["cause"] == "parameters" and "between two fit() calls" in first["cause_text"]
+
+
+LOSS_SCALE = SCRIPT.with_name("keras_loss_scale.py")
+
+
+def test_a_loss_scale_optimizer_keeps_one_step_a_batch_and_names_its_scale(
+    keras_cli: Any, tmp_path: Path
+) -> None:
+    """LossScaleOptimizer: its own apply() is recorded as the update, so a step it skips for
+    overflowing gradients still ends a step (8 batches, 8 steps; they merged), its loss scale
+    is recorded before the scaled loss, so another initial_scale is named as that (it was
+    called a compute origin at the loss), and the weights are those of an unrecorded fit."""
+    import sys
+
+    code, report = keras_cli.compare_pair(tmp_path, LOSS_SCALE, envs=(None, {"SCALE": "128"}))
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["kind"], first["location"]) == (
+        0, "optim_state", "LossScaleOptimizer.loss_scale",
+    )  # fmt: skip
+    assert first["origin"] is True and first["cause"] == "configuration"
+    assert "LossScaleOptimizer's loss scale differs" in first["cause_text"]
+    assert report["processes"][0]["steps_a"] == 8
+    plain = keras_cli.run([sys.executable, str(LOSS_SCALE)])
+    record = [sys.executable, "-m", "divergence", "record", "-o", str(tmp_path / "c"), "--"]
+    recorded = keras_cli.run([*record, "python", str(LOSS_SCALE)])
+    assert plain.returncode == recorded.returncode == 0, recorded.stderr[-2000:]
+    digest = [line for line in plain.stdout.splitlines() if line.startswith("WEIGHTS")]
+    assert digest and digest == [
+        line for line in recorded.stdout.splitlines() if line.startswith("WEIGHTS")
+    ]

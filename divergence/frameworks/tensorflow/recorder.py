@@ -150,6 +150,7 @@ class KerasRecorder(Instrumentation):
         for module, patch in (
             ("keras.src.layers.layer", self._patch_layer),
             ("keras.src.optimizers.base_optimizer", self._patch_optimizer),
+            ("keras.src.optimizers.loss_scale_optimizer", self._patch_loss_scaling),
             ("keras.src.backend.tensorflow.trainer", self._patch_trainer),
         ):
             self.undo.append(when_imported(module, self.guard(patch)))
@@ -166,6 +167,35 @@ class KerasRecorder(Instrumentation):
 
     def _patch_optimizer(self, module: ModuleType) -> None:
         self.patch(module.BaseOptimizer, "apply", self._wrap_apply)
+
+    def _patch_loss_scaling(self, module: ModuleType) -> None:
+        """A LossScaleOptimizer's ``apply`` is its own (its inner optimizer's update runs in a
+        branch, skipped for inf or NaN gradients): recorded as the update, so a skipped one
+        still ends the step, and its loss scale is recorded with its state."""
+        self.patch(module.LossScaleOptimizer, "apply", self._wrap_apply)
+        self.patch(module.LossScaleOptimizer, "scale_loss", self._wrap_scale_loss)
+
+    def _wrap_scale_loss(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        @functools.wraps(original)
+        def scale_loss(optimizer: Any, loss: Any) -> Any:
+            mode = recorder.mode()
+            if mode is not None:
+                recorder.guard(recorder.record_loss_scale)(mode, optimizer)
+            return original(optimizer, loss)
+
+        return scale_loss
+
+    def record_loss_scale(self, mode: str, optimizer: Any) -> None:
+        """The scale a LossScaleOptimizer multiplies the loss by, before the scaled loss (as
+        ``<label>.loss_scale``, the torch GradScaler's state is recorded there too): another
+        ``initial_scale``, or a scale that backed off in one run only, is named as that."""
+        scale = getattr(optimizer, "dynamic_scale", None)  # (built: fit builds it first)
+        if scale is None or (mode == EAGER and not self.session.begin_event()):
+            return
+        name = f"{self.optimizer_labels.of(optimizer)}.loss_scale"
+        self.record(mode, Phase.BACKWARD, Kind.OPTIM_STATE, name, [read_variable(scale)])
 
     def _patch_trainer(self, module: ModuleType) -> None:
         self.patch(module.TensorFlowTrainer, "fit", self._wrap_fit)
@@ -532,11 +562,26 @@ class KerasRecorder(Instrumentation):
                         f"{name}/{label}",
                         [read_variable(slot)],
                     )
+            self._record_wrapper_state(mode, optimizer)  # (a LossScaleOptimizer's scale)
             self._record_buffers(mode, {id(v) for v in variables})
         if mode == EAGER:
             s.optimizer_stepped()
         else:
             self.table.event(ProbeSpec(Phase.MARKER, Kind.INVALID, "", 0, "", 0, EVENT_STEPPED))
+
+    def _record_wrapper_state(self, mode: str, optimizer: Any) -> None:
+        """A wrapping optimizer's own variables (a LossScaleOptimizer's ``dynamic_scale`` and
+        ``step_counter``), as ``<label>.<name>``: its inner optimizer's slots are recorded per
+        model variable, these belong to no variable."""
+        if getattr(optimizer, "inner_optimizer", None) is None:
+            return
+        label = self.optimizer_labels.of(optimizer)
+        rate = getattr(optimizer, "_learning_rate", None)  # (a setting: recorded with them)
+        for variable in getattr(optimizer, "_variables", None) or []:
+            if variable is rate:
+                continue
+            name = f"{label}.{str(variable.path).rpartition('/')[2]}"
+            self.record(mode, Phase.OPTIMIZER, Kind.OPTIM_STATE, name, [read_variable(variable)])
 
     def _record_settings(self, mode: str, optimizer: Any) -> None:
         """The optimizer's settings (``SGD.settings``), before the values its update wrote.
@@ -653,6 +698,8 @@ class KerasRecorder(Instrumentation):
     def before_fit(self, model: Any) -> None:
         if not any(ref() is model for ref in self.fit_models):
             self.fit_models.append(weakref.ref(model))
+        else:
+            self._record_weights_between_fits(model)
         self._record_compile_settings(model)
         self._record_state_held(getattr(model, "optimizer", None))
         per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
@@ -664,6 +711,20 @@ class KerasRecorder(Instrumentation):
             )
         if getattr(model, "run_eagerly", False):
             self.note("run_eagerly=True: recorded eagerly")
+
+    def _record_weights_between_fits(self, model: Any) -> None:
+        """A model's variables as a later ``fit()`` starts, in the forward phase as a torch
+        parameter written outside an optimizer is: what ran between the fits
+        (``load_weights()`` of a ModelCheckpoint's best weights, ``set_weights()``) is named
+        there, not at the first layer that reads them. (Variables the recorder has not named,
+        never recorded before, are left out.)"""
+        s = self.session
+        if not s.begin_event():
+            return
+        for variable in getattr(model, "weights", None) or []:
+            name = self.var_names.get(id(variable))
+            if name is not None and not name.startswith("?") and s.wants(name):
+                self.record(EAGER, Phase.FORWARD, Kind.PARAM, name, [read_variable(variable)])
 
     def _record_compile_settings(self, model: Any) -> None:
         """What ``compile()`` set that changes the training (the loss and its weights, XLA,

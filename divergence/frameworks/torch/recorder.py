@@ -115,6 +115,7 @@ class TorchRecorder(Instrumentation):
         self.loaders_seen: list[dict[str, object]] = []  # each DataLoader's settings
         self.compiles_seen: list[dict[str, object]] = []  # each torch.compile call's settings
         self.sampler_epochs: list[dict[str, object]] = []  # DistributedSampler.set_epoch calls
+        self.buffers_seen: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # initial ones
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -322,7 +323,20 @@ class TorchRecorder(Instrumentation):
             for name, initial in fresh:
                 if self.session.wants(name):
                     self._add_param(Phase.INIT, name, initial, cached=True)
+            self._add_initial_buffers(root, prefix)
         return lazy
+
+    def _add_initial_buffers(self, root: torch.nn.Module, prefix: str) -> None:
+        """The root's buffers as the run starts from them (running statistics, a pruning mask,
+        a spectral norm's vectors: what a checkpoint loaded or the construction drew), once
+        each: else one that differs from the start is first seen after the forwards that
+        read it, and blamed on them."""
+        for path, buffer in root.named_buffers():
+            name = prefix + path
+            if buffer in self.buffers_seen or is_lazy(buffer) or not self.session.wants(name):
+                continue
+            self.buffers_seen.add(buffer)
+            self._add(Phase.INIT, Kind.BUFFER, name, buffer)
 
     def _adopt_materialised(self) -> None:
         """After a root call: adopt the lazy parameters its forward has initialised. The root

@@ -1,0 +1,23 @@
+"""Two fits of one model; ``LOAD_INITIAL=1`` loads the weights saved before the first fit in
+between (as restoring a checkpoint does): the second fit starts from other weights."""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+
+keras.utils.set_random_seed(0)
+rng = np.random.default_rng(0)
+x = rng.normal(size=(32, 6)).astype("float32")
+y = (x[:, :1] - x[:, 1:2]).astype("float32")
+model = keras.Sequential(
+    [keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)]
+)
+model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+saved = os.path.join(tempfile.mkdtemp(), "initial.weights.h5")
+model.save_weights(saved)
+model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+if os.environ.get("LOAD_INITIAL") == "1":
+    model.load_weights(saved)
+model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
