@@ -78,13 +78,15 @@ TWO_FITS = SCRIPT.with_name("keras_two_fits.py")
 
 
 def test_weights_loaded_between_two_fits_are_named_there(keras_cli: Any, tmp_path: Path) -> None:
-    """load_weights() between two fits in one run only: the model's variables are recorded as
-    the second fit starts, so the write is named there (it was called a compute origin at the
-    first layer that read the weights)."""
+    """load_weights() between two fits in one run only: the variables written since the first
+    fit ended are recorded as the second one starts, so the write is named there (it was
+    called a compute origin at the first layer that read the weights). A run without writes
+    records nothing there (the evaluation test above: an evaluate() between fits)."""
     code, report = keras_cli.compare_pair(tmp_path, TWO_FITS, envs=(None, {"LOAD_INITIAL": "1"}))
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["phase"], first["kind"]) == (2, "forward", "param")
-    assert "code between two fit() calls wrote" in first["origin_text"]
+    assert first["reason"] == "structure"
+    assert "run B wrote `sequential.dense.kernel` after its last record" in first["origin_text"]
     assert first["cause"] == "parameters" and "between two fit() calls" in first["cause_text"]
 
 

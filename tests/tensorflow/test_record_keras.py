@@ -201,7 +201,7 @@ def test_tf_data_with_deterministic_false_is_a_data_divergence(
     first = report["first_divergence"]
     assert code == 1
     assert (first["phase"], first["kind"], first["cause"]) == ("data", "batch", "data")
-    assert "deterministic=True" in first["cause_text"]
+    assert "deterministic=False" in first["cause_text"]
 
 
 @pytest.mark.parametrize(

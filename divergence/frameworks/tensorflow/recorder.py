@@ -41,6 +41,7 @@ from divergence.frameworks.tensorflow.fingerprint import (
     dtype_name,
     finish,
     readable,
+    smix64_fingerprint,
     word_sum_int64,
 )
 from divergence.frameworks.tensorflow.metadata import tf_metadata
@@ -141,6 +142,8 @@ class KerasRecorder(Instrumentation):
         self.fit_models: list[weakref.ref[Any]] = []  # models whose fit() ran
         self.optimizers_held: weakref.WeakSet[Any] = weakref.WeakSet()  # state recorded at fit
         self.compiled_as: dict[str, str] = {}  # model name -> the compile settings last recorded
+        # id(model) -> its variables' fingerprints as its last fit() ended
+        self.fit_end_prints: dict[int, dict[int, tuple[str, int]]] = {}
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -668,7 +671,9 @@ class KerasRecorder(Instrumentation):
         @functools.wraps(original)
         def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
             recorder.guard(recorder.before_fit)(model)
-            return original(model, *args, **kwargs)
+            result = original(model, *args, **kwargs)
+            recorder.guard(recorder.after_fit)(model)
+            return result
 
         return fit
 
@@ -712,19 +717,35 @@ class KerasRecorder(Instrumentation):
         if getattr(model, "run_eagerly", False):
             self.note("run_eagerly=True: recorded eagerly")
 
-    def _record_weights_between_fits(self, model: Any) -> None:
-        """A model's variables as a later ``fit()`` starts, in the forward phase as a torch
-        parameter written outside an optimizer is: what ran between the fits
-        (``load_weights()`` of a ModelCheckpoint's best weights, ``set_weights()``) is named
-        there, not at the first layer that reads them. (Variables the recorder has not named,
-        never recorded before, are left out.)"""
-        s = self.session
-        if not s.begin_event():
-            return
+    def after_fit(self, model: Any) -> None:
+        """The model's variables as a ``fit()`` ends (fingerprints, kept, not recorded): a
+        later fit records those written in between."""
+        self.fit_end_prints[id(model)] = self._weight_prints(model)
+
+    def _weight_prints(self, model: Any) -> dict[int, tuple[str, int]]:
+        """``id(variable) -> (name, fingerprint)`` of the model's named variables (one sync:
+        read at a fit's boundary only)."""
+        prints = {}
         for variable in getattr(model, "weights", None) or []:
             name = self.var_names.get(id(variable))
-            if name is not None and not name.startswith("?") and s.wants(name):
-                self.record(EAGER, Phase.FORWARD, Kind.PARAM, name, [read_variable(variable)])
+            if name is not None and not name.startswith("?") and self.session.wants(name):
+                prints[id(variable)] = (name, smix64_fingerprint(read_variable(variable)))
+        return prints
+
+    def _record_weights_between_fits(self, model: Any) -> None:
+        """The model's variables written since its last ``fit()`` ended (``load_weights()``
+        of a ModelCheckpoint's best weights, ``set_weights()``), recorded as the next one
+        starts, in the forward phase as a torch parameter written outside an optimizer is: the
+        write is named there, not at the first layer that reads the weights. (Variables the
+        recorder has not named, never recorded before, are left out.)"""
+        ended = self.fit_end_prints.get(id(model))
+        s = self.session
+        if ended is None or not s.begin_event():
+            return
+        variables = {id(v): v for v in getattr(model, "weights", None) or []}
+        for key, (name, now) in self._weight_prints(model).items():
+            if ended.get(key, (name, now))[1] != now:
+                self.record(EAGER, Phase.FORWARD, Kind.PARAM, name, [read_variable(variables[key])])
 
     def _record_compile_settings(self, model: Any) -> None:
         """What ``compile()`` set that changes the training (the loss and its weights, XLA,
