@@ -35,8 +35,9 @@ def test_per_sample_gradients_are_recorded_and_keep_their_bits(
     subprocess.run([sys.executable, SCRIPT, "--out", str(outs[2])], check=True)
     file = Run.open(runs[0]).processes[0].load()
     records = file.records
-    # (at op level too: torch.save after the last optimizer step runs profiler marks, no op
-    # with a tensor, and opens no step of generator states alone)
+    # (at op level too: after the last optimizer step only the exit mark of its
+    # record_function and state_dict's detach views run, which open no step of generator
+    # states alone, as the mark did)
     assert file.steps.tolist() == [0, 1, 2]
     assert not (records["status"] == Status.SKIPPED).any()
     if not options:  # the first layer's output in vmap's physical layout: [batch, 1, 8]
