@@ -172,7 +172,7 @@ def _explain_kind(
         late = divergence.facts.get("seen") == "late"
         initial = divergence.phase == Phase.INIT.label
         divergence.origin_text = _origin_outside(kind, name, step, late, initial)
-        if kind == Kind.OPTIM_STATE and name.endswith(LOSS_SCALE):
+        if _loss_scale(kind, name):
             divergence.origin = True  # (an input of the step, as a GradScaler's state is)
         earlier = _models_before(run, same_step, name) if kind == Kind.BATCH else []
         if earlier and name not in LOSS_INPUTS:
@@ -620,6 +620,13 @@ def _compiled_region_before(run: RunFile, row: int) -> str | None:
 # a LossScaleOptimizer's scale, recorded as its loss is scaled (frameworks/tensorflow/recorder.py)
 LOSS_SCALE = ".loss_scale"
 
+
+def _loss_scale(kind: Kind, name: str) -> bool:
+    """Whether a record is a LossScaleOptimizer's loss scale (an optimizer state by kind, read
+    before the backward: an input of the step, not a state held from a checkpoint)."""
+    return kind == Kind.OPTIM_STATE and name.endswith(LOSS_SCALE)
+
+
 # A parameter recorded in these phases was written outside an optimizer step: seen at a model's
 # call (forward) or right before an optimizer step (backward).
 WRITE_PHASES = (Phase.FORWARD.label, Phase.BACKWARD.label)
@@ -648,7 +655,7 @@ def _origin_outside(
         return "before training: the initial parameters differ"
     if kind == Kind.RNG_STATE:
         return f"before step {step} started: the {name} generator state differs"
-    if kind == Kind.OPTIM_STATE and name.endswith(LOSS_SCALE):
+    if _loss_scale(kind, name):
         return (
             f"in the loss scale ({_code(name)}) the optimizer multiplied the loss by, before "
             "the backward: its settings, or the steps it grew or backed off in"

@@ -54,6 +54,8 @@ def common_window(a: RunFile, b: RunFile) -> tuple[RunFile, RunFile, str]:
 def _without_state_held(run: RunFile) -> RunFile:
     """``run`` without the optimizer state recorded as held at its first step (init)."""
     records = run.records
+    if not records.size:
+        return run
     held = (records["phase"] == Phase.INIT) & (records["kind"] == Kind.OPTIM_STATE)
-    held &= records["step"] == records["step"][0] if records.size else held
+    held &= records["step"] == records["step"][0]
     return run.view(np.flatnonzero(~held)) if held.any() else run
