@@ -29,13 +29,15 @@ def call_records(run: RunFile, kind: Kind, name: str, step: int) -> list[tuple[i
 def test_a_batch_passed_by_keyword_is_the_models_data_record(
     record: Recorder, tmp_path: Path
 ) -> None:
-    """Positional inputs first, then the keywords in call order; recording keeps the bits."""
+    """Positional inputs first, then the keywords sorted by name, each noted with its name;
+    recording keeps the bits."""
     outs = [tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "plain.pt"]
     runs = [record(SCRIPT, "--out", str(out)) for out in outs[:2]]
     subprocess.run([sys.executable, str(SCRIPTS / SCRIPT), "--out", str(outs[2])], check=True)
     (file,) = runs[0].glob("*.h5")
     run = RunFile.open(file)
-    assert call_records(run, Kind.BATCH, "Model", 1) == [(0, "4,5,6"), (1, "4,5"), (2, "4")]
+    # (attention_mask, features, labels)
+    assert call_records(run, Kind.BATCH, "Model", 1) == [(0, "4,5"), (1, "4,5,6"), (2, "4")]
     assert call_records(run, Kind.INPUT, "block", 1) == [(0, "4,5,8"), (1, "4,1,5")]
     assert_repeats_and_keeps_its_bits(runs, outs[0], outs[2])
 
@@ -49,8 +51,15 @@ def test_a_flipped_bit_in_a_keyword_batch_is_found_in_the_data(record: Recorder)
         "data",
         "batch",
         "Model",
-        0,
+        1,
     )
+    assert first["a"]["note"] == "key=features"  # (shown as "batch 1 (features) of Model")
+
+
+def test_the_same_keywords_in_another_order_are_the_same_call(record: Recorder) -> None:
+    """``model(**batch)`` of a dict built in another order passes the same arguments."""
+    code, report = compare_json(record(SCRIPT), record(SCRIPT, "--reverse-keys"))
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
 
 
 def test_a_keyword_argument_made_by_the_caller_is_not_taken_for_the_callees_origin(

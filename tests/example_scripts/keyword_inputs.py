@@ -2,11 +2,12 @@
 attention bias by keyword, and the model returns a dict. Fully seeded (python, numpy, torch), Adam.
 
     python tests/example_scripts/keyword_inputs.py [--steps 4] [--out PATH]
-        [--flip-batch STEP] [--shift-bias STEP]
+        [--flip-batch STEP] [--shift-bias STEP] [--reverse-keys]
 
 ``--flip-batch`` flips the lowest bit of one feature of that step's batch (before the model
 sees it); ``--shift-bias`` changes one element of the attention bias that the model's own
-forward code builds at that step, before it passes the bias to the block by keyword.
+forward code builds at that step, before it passes the bias to the block by keyword; ``--reverse-keys`` builds each batch dict
+with its keys in reverse order (the model gets the same arguments).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def main() -> None:
     p.add_argument("--out", default="")
     p.add_argument("--flip-batch", type=int, default=-1)
     p.add_argument("--shift-bias", type=int, default=-1)
+    p.add_argument("--reverse-keys", action="store_true")
     args = p.parse_args()
     random.seed(0)
     np.random.seed(0)
@@ -79,6 +81,8 @@ def main() -> None:
         if step == args.flip_batch:
             batch["features"].view(-1).view(torch.int32)[7] ^= 1
         model.shift_bias = step == args.shift_bias
+        if args.reverse_keys:
+            batch = dict(reversed(batch.items()))
         optimizer.zero_grad()
         model(**batch)["loss"].backward()
         optimizer.step()

@@ -54,6 +54,27 @@ def keyed_tensors(value: object) -> list[tuple[str, torch.Tensor]]:
     return keyed if len(keyed) == len(tensors) else [("", t) for t in tensors]
 
 
+def sorted_dicts(value: object) -> object:
+    """``value`` with each dict in its tuples, lists and dicts rebuilt in the order of its
+    sorted keys (keys of mixed types by their text): a dict's insertion order is not part of
+    what a call passes.
+
+    >>> sorted_dicts(({"b": 1, "a": [{"d": 2, "c": 3}]}, 4))
+    ({'a': [{'c': 3, 'd': 2}], 'b': 1}, 4)
+    """
+    if isinstance(value, dict):
+        try:
+            keys = sorted(value)
+        except TypeError:
+            keys = sorted(value, key=str)
+        return {key: sorted_dicts(value[key]) for key in keys}
+    if type(value) is tuple:
+        return tuple(sorted_dicts(item) for item in value)
+    if type(value) is list:
+        return [sorted_dicts(item) for item in value]
+    return value
+
+
 def _keyed_leaf(key: str, leaf: object, out: list[tuple[str, torch.Tensor]], depth: int) -> None:
     if isinstance(leaf, torch.Tensor):
         out.append((key, leaf))

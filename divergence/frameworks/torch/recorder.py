@@ -52,7 +52,7 @@ from divergence.frameworks.torch.fingerprint import (
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
 from divergence.frameworks.torch.module_settings import loader_settings, module_settings
-from divergence.frameworks.torch.outputs import keyed_tensors, tensors_of
+from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts, tensors_of
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.labels import ClassLabels
@@ -409,6 +409,18 @@ class TorchRecorder(Instrumentation):
         for slot, t in enumerate(tensors):
             self._add(phase, kind, name, t, slot, True, note)
 
+    def _add_keyed(
+        self,
+        phase: Phase,
+        kind: Kind,
+        name: str,
+        keyed: list[tuple[str, torch.Tensor]],
+        note: str = "",
+    ) -> None:
+        """One record a tensor, slot by slot, its key (a keyword's name) first in its note."""
+        for slot, (key, t) in enumerate(keyed):
+            self._add(phase, kind, name, t, slot, True, with_key(key, note))
+
     def _push(self, name: str) -> None:
         self.stack.append(name)
         for listener in self.module_listeners:
@@ -456,7 +468,7 @@ class TorchRecorder(Instrumentation):
             note = BEFORE_PRE_HOOKS
         else:  # an evaluation call (recorded at the next step's start: after optimizer.step())
             note = EVAL_MODE if is_model and not module.training else ""
-        self._add_all(phase, kind, name, _call_tensors(args, kwargs), note)
+        self._add_keyed(phase, kind, name, _call_tensors(args, kwargs), note)
 
     def _add_written_parameters(self, root: torch.nn.Module) -> None:
         """The root's parameters written since they were last recorded by other code than an
@@ -607,7 +619,7 @@ class TorchRecorder(Instrumentation):
             self._push(f"{self.stack[-1]}.{name}" if self.stack else name)
             if s.begin_event() and s.wants(self.stack[-1]):
                 inputs = _call_tensors(args, kwargs)
-                self._add_all(_phase_now(), Kind.INPUT, self.stack[-1], inputs)
+                self._add_keyed(_phase_now(), Kind.INPUT, self.stack[-1], inputs)
         if s.begin_event() and s.wants(self.stack[-1]):
             s.add(
                 _phase_now(), Kind.COMPILED, self.stack[-1], Fingerprint.skip("", (), NOT_OBSERVED)
@@ -866,10 +878,25 @@ def _still_lazy(slot: LazySlot) -> bool:
     return parameter_in(module, key) is param
 
 
-def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-    """A call's tensor arguments: the positional ones, then the keywords in call order."""
-    tensors = tensors_of(args)
-    return tensors + tensors_of(kwargs) if kwargs else tensors
+def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """A call's tensor arguments, each with its key: the positional ones, then the keywords,
+    every dict (the keywords too) **in the order of its sorted keys**, as ``tf.nest`` flattens
+    them: the same call with a dict built in another order (``model(**batch)``,
+    ``model(batch)``) has the same records. A key is the path of dict keys to the tensor
+    (``labels``, ``past.value``); "" where no dict holds it (the slot says where it is).
+
+    >>> x, y = torch.ones(1), torch.zeros(1)
+    >>> [key for key, _ in _call_tensors(({"b": x, "a": [x, y]},), {"mask": y, "labels": x})]
+    ['a', 'a', 'b', 'labels', 'mask']
+    """
+    if not kwargs:
+        for arg in args:  # (the usual call: tensors only)
+            if not isinstance(arg, torch.Tensor):
+                break
+        else:
+            return [("", t) for t in args]
+    keyed = keyed_tensors(sorted_dicts((args, kwargs)))
+    return [(".".join(p for p in key.split(".") if not p.isdigit()), t) for key, t in keyed]
 
 
 RNG_STATE = (("get_rng_state", "set_rng_state"),)  # (getter, setter) pairs
