@@ -6,8 +6,9 @@ attention bias by keyword, and the model returns a dict. Fully seeded (python, n
 
 ``--flip-batch`` flips the lowest bit of one feature of that step's batch (before the model
 sees it); ``--shift-bias`` changes one element of the attention bias that the model's own
-forward code builds at that step, before it passes the bias to the block by keyword; ``--reverse-keys`` builds each batch dict
-with its keys in reverse order (the model gets the same arguments).
+forward code builds at that step, before it passes the bias to the block by keyword;
+``--reverse-keys`` builds each batch dict with its keys in reverse order (the model gets the
+same arguments).
 """
 
 from __future__ import annotations
