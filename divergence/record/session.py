@@ -386,6 +386,10 @@ class Session:
             callback()
         end: dict[str, object] = {"clean_exit": True, "failure": self.failure}
         buffered = bool(self._rows)
+        # a step an optimizer (or divergence.step()) would have closed, still open: a
+        # sys.exit() there ends the run inside it (the exit status, known to the launcher
+        # only, says whether it did: no hook sees a SystemExit)
+        open_at_exit = buffered and self.mode in ("optimizer", "explicit")
         if self.mode == "auto" and len(self._marks) > 1:
             self._split_forward_steps(keep_current=False)
         if self._rows:
@@ -396,6 +400,8 @@ class Session:
             end["uncaught"] = self.uncaught
             if buffered:  # the step it raised in: its records so far are written
                 end["ended_inside_step"] = self.step - 1
+        elif open_at_exit:
+            end["open_step_at_exit"] = self.step - 1
         if self.writer is not None:
             if self.host_generators_at_start:  # (a state still equal to the start one at
                 # exit proves the generator never drawn from, the last step included)

@@ -121,14 +121,32 @@ class RunFile:
     @property
     def ended_inside_step(self) -> int | None:
         """The step an uncaught exception ended the process in, before its optimizer step
-        (its records up to there are written), or None."""
-        step = (self.end or {}).get("ended_inside_step")
+        (its records up to there are written), or None. A process that closed its file with
+        a step still open and exited with a non-zero status ended there by ``sys.exit()``."""
+        end = self.end or {}
+        step = end.get("ended_inside_step")
+        if step is None and self._exited_in_open_step:
+            step = end["open_step_at_exit"]
         return int(step) + self.step_shift if step is not None else None
 
     @property
     def uncaught(self) -> str:
-        """``RuntimeError: ...``: the exception that ended the process, or ""."""
+        """``RuntimeError: ...``: the exception that ended the process (``SystemExit: 3`` for
+        a ``sys.exit(3)`` inside a step), or ""."""
+        if self._exited_in_open_step:
+            return f"SystemExit: {self.exit_status}"
         return str((self.end or {}).get("uncaught", ""))
+
+    @property
+    def _exited_in_open_step(self) -> bool:
+        """Closed cleanly inside a step, with a non-zero exit status: no exception was seen
+        (``sys.excepthook`` never sees a ``SystemExit``), so a ``sys.exit()`` ended it."""
+        end = self.end or {}
+        return (
+            not end.get("uncaught")
+            and end.get("open_step_at_exit") is not None
+            and self.exit_status not in (None, 0)
+        )
 
     @property
     def complete(self) -> bool:

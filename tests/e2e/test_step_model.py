@@ -254,6 +254,38 @@ def test_a_run_that_raised_inside_a_step_ended_there(
     assert f"step {raise_at} partial: the exception ended it" in info
 
 
+@pytest.mark.parametrize("status", [3, 0])
+def test_a_run_that_called_sys_exit_inside_a_step_ended_there(tmp_path: Path, status: int) -> None:
+    """``sys.exit(3)`` after the backward of step 2: no hook sees a ``SystemExit``, so the
+    step left open at exit and the exit status tell it; compare calls it a length divergence
+    ended by ``SystemExit: 3``. ``sys.exit(0)`` there is a program that chose to stop."""
+    script = tmp_path / "exits.py"
+    script.write_text(
+        RAISES.replace(
+            "raise RuntimeError(f'loss check failed at step {step}')", f"sys.exit({status})"
+        )
+    )
+    runs = []
+    for name, at in (("a", -1), ("b", 2)):
+        out = tmp_path / name
+        result = run_cli("record", "-o", str(out), "--", sys.executable, str(script), str(at))
+        assert result.returncode == (0 if name == "a" else status), result.stderr
+        runs.append(out)
+    (file,) = runs[1].glob("*.h5")
+    run = RunFile.open(file)
+    assert run.complete and run.steps.tolist() == [0, 1, 2]
+    if not status:
+        assert (run.ended_inside_step, run.uncaught) == (None, "")
+        return
+    assert (run.ended_inside_step, run.uncaught) == (2, "SystemExit: 3")
+    code, report = compare_json(*runs)
+    first = report["first_divergence"]
+    assert (code, first["reason"], first["step"]) == (1, "length", 2)
+    assert "ended inside step 2, raising SystemExit: 3" in first["origin_text"]
+    info = " ".join(run_cli("info", str(runs[1])).stdout.split())
+    assert "step 2 partial" in info
+
+
 @pytest.mark.parametrize("launcher", ["torch", "multiprocessing", "subclass"])
 def test_a_spawned_worker_that_raised_inside_a_step_ended_there(
     tmp_path: Path, launcher: str
