@@ -18,6 +18,7 @@ import numpy as np
 
 from divergence.compare.explain import WRITE_PHASES, explain_modes, explain_origin, written_when
 from divergence.compare.model import Comparison, Divergence, Probe, ProcessComparison, Propagation
+from divergence.compare.pairing import Pairing, pair_by_identity
 from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
@@ -210,7 +211,8 @@ def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 
 def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     n = min(a.records.size, b.records.size)
-    result = scan(a.records, b.records, string_mapping(b, a))
+    mapping = string_mapping(b, a)
+    result = scan(a.records, b.records, mapping)
     structure_end = result.structure_end
     if result.mixed_algorithm is not None:
         _refuse_mixed_algorithms(a, b, result.mixed_algorithm)
@@ -252,8 +254,10 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     elif a.records.size != b.records.size or a.complete != b.complete:
         first = _length_divergence(key, a, b, n)
     propagation = None
-    if first_value is not None:
-        propagation = _propagation(a, b, structure_end, value_differs)
+    if first_value is not None or (first is not None and first.reason == "structure"):
+        # (past a change of code path, the records are paired by what they are)
+        paired = pair_by_identity(a, b, structure_end, mapping) if structure_end < n else None
+        propagation = _propagation(a, b, structure_end, value_differs, paired)
     rng_names = {int(a.records["name"][i]) for i in np.flatnonzero(rng_differs)[:1000]}
     return ProcessComparison(
         process=key,
@@ -671,13 +675,19 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     return divergence
 
 
-def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray) -> Propagation:
+def _propagation(
+    a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray, paired: Pairing | None
+) -> Propagation:
     """How far the divergence spread. Works on the differing rows and on the parameter rows:
-    the step, kind and phase fields are strided columns of millions of rows. Differences
-    are counted up to ``structure_end`` (past it the records no longer line up, which is
-    said); the final parameters are compared by name, over the whole files."""
-    step, kind = a.records["step"][:structure_end], a.records["kind"][:structure_end]
+    the step, kind and phase fields are strided columns of millions of rows. Differences are
+    counted row by row up to ``structure_end`` and, past it (``paired``: the records no longer
+    line up, which is said), between the records paired by what they are; the final
+    parameters are compared by name, over the whole files."""
     rows = np.flatnonzero(differs)
+    if paired is not None:
+        rows = np.concatenate([rows, paired.differing_rows])
+    step = a.records["step"]
+    kind = a.records["kind"] if paired is not None else a.records["kind"][:structure_end]
     steps = step[rows]
     loss = rows[kind[rows] == Kind.LOSS]
     (final_step, final_a), (_, final_b) = _final_prints(a), _final_prints(b)
@@ -689,16 +699,17 @@ def _propagation(a: RunFile, b: RunFile, structure_end: int, differs: np.ndarray
     ended = a.steps_complete != b.steps_complete and shorter > 0
     return Propagation(
         differing_records=int(rows.size),
-        differing_in_first_step=int(np.count_nonzero(steps == steps[0])),
+        differing_in_first_step=int(np.count_nonzero(steps == steps[0])) if rows.size else 0,
         steps_with_differences=int(np.unique(steps).size),
         first_loss_difference_step=int(step[loss[0]]) if loss.size else None,
         final_params_differing=sum(final_a[k] != final_b[k] for k in common),
         final_params_total=len(common),
         final_step=final_step,
-        last_difference_step=int(steps[-1]),
+        last_difference_step=int(steps[-1]) if rows.size else -1,
         aligned_until_step=None if aligned else int(a.records["step"][structure_end]),
         compared_until_step=int(a.records["step"][shorter - 1]) if ended else None,
         loss_recorded=bool(loss.size) or bool((kind == Kind.LOSS).any()),
+        unpaired_records=paired.unpaired if paired is not None else 0,
         final_buffers_differing=sum(buffers_a[k] != buffers_b[k] for k in common_buffers),
         final_buffers_total=len(common_buffers),
     )

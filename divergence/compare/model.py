@@ -123,13 +123,15 @@ class Propagation:
     final_params_total: int
     final_step: int
     last_difference_step: int = 0
-    aligned_until_step: int | None = None  # records compared up to there (then a structure)
+    aligned_until_step: int | None = None  # records line up to there (then a structure),
+    # and are paired by what they are after it: ``unpaired_records`` are in one run only
     compared_until_step: int | None = None  # the last step both runs recorded (None: all)
     loss_recorded: bool = True  # (a loss record in the records compared)
     # buffers (running statistics, a Keras layer's non-trainable variables), compared as the
     # parameters are: each one's last record
     final_buffers_differing: int = 0
     final_buffers_total: int = 0
+    unpaired_records: int = 0
 
     @property
     def healed(self) -> bool:

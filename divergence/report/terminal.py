@@ -341,18 +341,10 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
         if not prop.loss_recorded
         else "never differs (in the recorded steps)"
         if aligned is None
-        else f"does not differ before step {aligned}"
+        else "never differs (in the records both runs hold)"
     )
-    in_first = prop.differing_in_first_step
     return [
-        f"{counted(in_first, 'record')} {'differs' if in_first == 1 else 'differ'} in step "
-        f"{first.step}, {prop.differing_records:,} in all, over "
-        f"{counted(prop.steps_with_differences, 'step')}"
-        + (
-            f" (up to step {aligned}, where the records stop lining up)"
-            if aligned is not None
-            else ""
-        ),
+        _differing_records(first, prop),
         f"loss {loss}",
         *(
             [
@@ -379,6 +371,38 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
             else []
         ),
     ]
+
+
+def _differing_records(first: Divergence, prop: Propagation) -> str:
+    """How many records differ, where and how long; past the step where the records stop
+    lining up, among those paired by what they are (said, with what one run holds alone).
+
+    >>> from divergence.compare.model import Propagation
+    >>> d = Divergence("structure", "rank0", 3, "optimizer", "param_grad", "fc.weight", 0)
+    >>> _differing_records(d, Propagation(0, 0, 0, None, 0, 4, 5, -1, 3, unpaired_records=1))
+    'past it, no record both runs hold differs (paired by name; 1 record in one run only)'
+    """
+    paired = f"paired by name; {counted(prop.unpaired_records, 'record')} in one run only"
+    if first.reason == "structure":
+        n = prop.differing_records
+        differ = (
+            f"{counted(n, 'record')} both runs hold {'differs' if n == 1 else 'differ'}, over "
+            f"{counted(prop.steps_with_differences, 'step')}"
+            if n
+            else "no record both runs hold differs"
+        )
+        return f"past it, {differ} ({paired})"
+    in_first = prop.differing_in_first_step
+    return (
+        f"{counted(in_first, 'record')} {'differs' if in_first == 1 else 'differ'} in step "
+        f"{first.step}, {prop.differing_records:,} in all, over "
+        f"{counted(prop.steps_with_differences, 'step')}"
+        + (
+            f" (the records stop lining up in step {prop.aligned_until_step}: past that, {paired})"
+            if prop.aligned_until_step is not None
+            else ""
+        )
+    )
 
 
 def _final_buffers(prop: Propagation) -> str:

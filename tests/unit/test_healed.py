@@ -49,8 +49,9 @@ def test_a_difference_that_reaches_the_final_parameters_is_not_healed(tmp_path: 
 def test_past_a_structure_divergence_the_final_parameters_are_compared_by_name(
     tmp_path: Path,
 ) -> None:
-    """Run B records one more probe in step 1 (another code path): differences are counted up
-    to there, which the summary says, and the final parameters are still compared, by name."""
+    """Run B records one more probe in step 1 (another code path): past there, the records are
+    paired by name, so the weight that differs in step 2 is counted too, and the probe only B
+    holds is counted apart; the summary says so, and compares the final parameters by name."""
     paths = []
     for name, extra in (("a", False), ("b", True)):
         path = tmp_path / name
@@ -73,8 +74,13 @@ def test_past_a_structure_divergence_the_final_parameters_are_compared_by_name(
     assert propagation is not None and propagation.aligned_until_step == 1
     assert (propagation.final_step, propagation.final_params_differing) == (2, 1)
     assert propagation.final_params_total == 2 and not propagation.healed
+    assert (propagation.differing_records, propagation.steps_with_differences) == (2, 2)
+    assert (propagation.unpaired_records, propagation.last_difference_step) == (1, 2)
     text = " ".join(render_text(comparison).split())
-    assert "(up to step 1, where the records stop lining up)" in text
+    assert (
+        "1 record differs in step 0, 2 in all, over 2 steps (the records stop lining up in "
+        "step 1: past that, paired by name; 1 record in one run only)"
+    ) in text
     assert "parameters after step 2: 1 of 2 differ" in text
 
 
