@@ -12,7 +12,13 @@ import pytest
 
 from divergence.store.run import Run
 from divergence.store.schema import Kind, Status
-from tests.conftest import SCRIPTS, assert_repeats_and_keeps_its_bits, run_cli
+from tests.conftest import (
+    SCRIPTS,
+    Recorder,
+    assert_repeats_and_keeps_its_bits,
+    compare_json,
+    run_cli,
+)
 
 SCRIPT = str(SCRIPTS / "per_sample_grads.py")
 
@@ -45,3 +51,29 @@ def test_per_sample_gradients_are_recorded_and_keep_their_bits(
         first = (names == "0") & (records["kind"] == Kind.OUTPUT)
         assert {file.strings[i] for i in records["shape"][first]} == {"16,1,8"}
     assert_repeats_and_keeps_its_bits(runs, outs[0], outs[2])
+
+
+@pytest.mark.parametrize("mode", ["detached", "vmap"])
+def test_a_write_read_through_functional_call_stand_ins_is_the_origin(
+    record: Recorder, mode: str
+) -> None:
+    """A model called only through ``functional_call`` with its parameters' detached views:
+    they are named as the model's (not as tensors no module holds), and a write to one before
+    a step is the origin, not the module that reads it through its stand-in."""
+    script = "functional_call_write.py"
+    run_a = record(script, mode, "--write-at", "1")
+    run_b = record(script, mode, "--write-at", "1", "--amount", "2e-7")
+    file = Run.open(run_a).processes[0].load()
+    names = {file.strings[i] for i in np.unique(file.records["name"])}
+    assert "0.weight" in names and not any(n.startswith("SGD.group0.param") for n in names), names
+    code, report = compare_json(run_a, run_b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"], first["location"]) == (
+        1,
+        "forward",
+        "param",
+        "0.weight",
+    )
+    assert first["origin"] is True
+    assert report["processes"][0]["propagation"]["final_params_total"] == 4

@@ -375,13 +375,14 @@ def to_host(t: torch.Tensor, fingerprint: Fingerprint) -> tuple[np.ndarray, str]
         return None
     if type(t) not in PLAIN_TYPES and _dispatch_keys(t).has(_PYTHON_KEY):
         return None
-    if not _functorch.is_functorch_wrapped_tensor(t):
+    if _functorch.is_functorch_wrapped_tensor(t):
+        t = functorch_unwrapped(t)  # type: ignore[assignment]
+        if t is None:  # functionalize: no dump, as no fingerprint
+            return None
+    # inside a transform (a plain tensor too: a model's own parameter read inside vmap or
+    # grad), the copy would be wrapped, and a wrapper has no memory to read
+    with torch._C._DisableFuncTorch():
         return _host_copy(t, name)
-    inner = functorch_unwrapped(t)
-    if inner is None:  # functionalize: no dump, as no fingerprint
-        return None
-    with torch._C._DisableFuncTorch():  # inside a transform, the copy would be wrapped again
-        return _host_copy(inner, name)
 
 
 def _host_copy(t: torch.Tensor, name: str) -> tuple[np.ndarray, str]:

@@ -27,6 +27,7 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 from torch.nn.parameter import is_lazy
+from torch.nn.utils import stateless
 from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
@@ -142,6 +143,7 @@ class TorchRecorder(Instrumentation):
         )
         self.patch(torch, "compile", compile_patch)
         self.patch(torch.Tensor, "backward", self._wrap_backward)
+        self.patch(stateless, "_reparametrize_module", self._wrap_reparametrize)
         for name in ("trace", "trace_module"):
             self.patch(torch.jit, name, self._wrap_jit_trace)
         self.patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
@@ -469,6 +471,29 @@ class TorchRecorder(Instrumentation):
         else:  # an evaluation call (recorded at the next step's start: after optimizer.step())
             note = EVAL_MODE if is_model and not module.training else ""
         self._add_keyed(phase, kind, name, _call_tensors(args, kwargs), note)
+
+    def _wrap_reparametrize(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.func.functional_call``'s swap of stand-ins into a module's slots for one
+        call: :meth:`before_reparametrize` runs first."""
+        before = self.module_guard(self.before_reparametrize)
+
+        @functools.wraps(original)
+        def _reparametrize_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            before(module)
+            return original(module, *args, **kwargs)
+
+        return _reparametrize_module
+
+    def before_reparametrize(self, module: torch.nn.Module) -> None:
+        """A model about to be called through ``functional_call(model, params, ...)``, while
+        its own parameters are still in their slots: name them (a model first called so is
+        adopted now, not through the stand-ins) and record those written since, as a call of
+        the model does (the stand-ins are often their detached views: a write to the
+        parameters reaches the forward through them)."""
+        if self.stack or self.compiled_depth or next(module.parameters(), None) is None:
+            return
+        self._name_of(module)
+        self._add_written_parameters(module)
 
     def _add_written_parameters(self, root: torch.nn.Module) -> None:
         """The root's parameters written since they were last recorded by other code than an
