@@ -660,6 +660,10 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
         divergence.facts["ended"] = "cleanly"
     ends = f"ends after {shorter.steps_complete} complete steps"
     goes_on = f"has {longer.steps_complete}"
+    inside = longer.ended_inside_step
+    if inside is not None and longer.steps.size and inside == int(longer.steps[-1]):
+        # (its last step is the one an exception ended: written, not complete)
+        goes_on = f"has {longer.steps_complete - 1} and ended inside step {inside}"
     # (lined up across a resume, or read from a later --steps start: step numbers, not counts)
     if (shorter.source_rows is not None or longer.source_rows is not None) and longer.steps.size:
         ends = (

@@ -330,9 +330,16 @@ def _explain_hyperparameter(divergence: Divergence) -> None:
             f"{settings_difference(divergence)}; set where the model is built"
         )
         return
+    setter = (
+        # (a GradScaler's state after scale(): its constructor's settings, or its own update)
+        "set by its constructor (init_scale, growth_factor, backoff_factor, growth_interval), "
+        "a checkpoint it loaded, or its own update after the steps before"
+        if divergence.location.split("#")[0] == "GradScaler"
+        else "set by the training code, its configuration, or a learning-rate scheduler"
+    )
     divergence.origin_text = (
         f"in the settings of {_code(divergence.location)}: {settings_difference(divergence)}; "
-        "set by the training code, its configuration, or a learning-rate scheduler"
+        f"{setter}"
     )
 
 

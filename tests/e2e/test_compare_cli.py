@@ -726,6 +726,7 @@ def test_a_gradscaler_is_recorded_and_its_skipped_steps_keep_the_numbering(
         0, "hyperparam", "GradScaler",
     )  # fmt: skip
     assert "scale tensor(1024.0) in run A, tensor(2048.0) in run B" in first["origin_text"]
+    assert "set by its constructor (init_scale, growth_factor" in first["origin_text"]
     assert first["cause"] == "configuration" and "GradScaler's state" in first["cause_text"]
     (skipping,) = runs["skip"].glob("*.h5")
     assert RunFile.open(skipping).steps.tolist() == [0, 1, 2, 3]  # (step 1 skipped its update)

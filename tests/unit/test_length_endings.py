@@ -38,3 +38,18 @@ def test_a_recording_that_stopped_is_not_said_to_have_ended_cleanly(tmp_path: Pa
     first = compare_runs(write_run(tmp_path / "a", 5), write_run(tmp_path / "b", 5, 2)).first
     assert first is not None and first.reason == "length" and "ended" not in first.facts
     assert "EarlyStopping" not in first.cause_text
+
+
+def test_the_longer_run_s_step_an_exception_ended_is_not_counted_complete(tmp_path: Path) -> None:
+    """Run A took 4 steps and raised inside a fifth (its records so far are written)."""
+    session = new_session(tmp_path / "a")
+    for step in range(5):
+        session.begin_event()
+        session.add(Phase.BACKWARD, Kind.LOSS, "loss", fingerprint(step))
+        if step < 4:
+            session.optimizer_stepped()
+    session.uncaught = "RuntimeError: bad grads"
+    session.finish()
+    first = compare_runs(tmp_path / "a", write_run(tmp_path / "b", 3)).first
+    assert first is not None and first.reason == "length"
+    assert "the other run has 4 and ended inside step 4;" in first.origin_text, first.origin_text
