@@ -71,6 +71,7 @@ class Recorder:
         )
         self.force = force
         self.session: Session | None = None
+        self._replaced: Path | None = None  # the run --force set aside (launcher.prepare_output)
 
     def __enter__(self) -> Recorder:
         from divergence.frameworks import attach
@@ -83,7 +84,7 @@ class Recorder:
             raise RecordError(
                 f"{output}: already exists", hint="record into another directory, or force=True"
             )
-        prepare_output(output, self.force)
+        self._replaced = prepare_output(output, self.force)
         self.session = activate(Session(self.config, self.config.output))
         # python's and numpy's states now: one never drawn from while recording is then known
         # as such (an unseeded generator the run did not use is no cause; what was made
@@ -101,7 +102,11 @@ class Recorder:
         try:
             deactivate()  # first: writing the last step may need the framework's resolvers
         finally:
+            from divergence.record.launcher import settle_output
+
             self._detach()
+            output = Path(self.config.output)
+            settle_output(output, self._replaced, recorded=any(output.glob("*.h5")))
 
 
 def _steps(value: str | int | None, option: str) -> StepRange:

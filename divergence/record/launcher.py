@@ -20,10 +20,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
+import h5py
+
 import divergence
 from divergence.errors import RecordError
 from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
 from divergence.store.reader import read_meta
+from divergence.store.schema import FORMAT_MARKER
 from divergence.store.writer import mark_exit_status
 from divergence.wording import counted, describe_status
 
@@ -67,19 +70,50 @@ def resolve_command(command: list[str]) -> list[str]:
     return command
 
 
-def prepare_output(path: Path, force: bool) -> None:
+def prepare_output(path: Path, force: bool) -> Path | None:
+    """Make ``path`` an empty run directory. One that holds anything is refused without
+    ``force``; with it, it must hold run files only (never a user's own HDF5 file), and it is
+    set aside, not deleted: returned, for :func:`settle_output` to drop once the new run has
+    recorded, or to put back if it recorded nothing."""
     if path.exists() and not path.is_dir():
         raise RecordError(f"{path}: a file, not a run directory", hint="record into a directory")
+    aside = None
     if path.exists() and any(path.iterdir()):
         if not force:
             raise RecordError(f"{path}: already exists", hint="choose another -o or pass --force")
-        if any(p.suffix != ".h5" for p in path.iterdir()):
+        foreign = next((p for p in sorted(path.iterdir()) if not _is_run_file(p)), None)
+        if foreign is not None:
             raise RecordError(
-                f"{path}: holds files that are not run files; not overwriting it",
-                hint="choose another -o",
+                f"{path}: holds {foreign.name}, not a diverge run file; not overwriting it",
+                hint="choose another -o, or move that file away",
             )
-        shutil.rmtree(path)
+        aside = path.with_name(f".{path.name}.replaced-{os.getpid()}")
+        path.rename(aside)
     path.mkdir(parents=True, exist_ok=True)
+    return aside
+
+
+def settle_output(path: Path, aside: Path | None, recorded: bool) -> None:
+    """After recording into ``path``: drop the run ``aside`` that ``--force`` replaced if the
+    new one recorded, else put it back (a failed command loses nothing)."""
+    if aside is None:
+        return
+    if recorded:
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    aside.rename(path)
+
+
+def _is_run_file(path: Path) -> bool:
+    """Whether ``path`` is a file a recording wrote: HDF5 with the run marker."""
+    if not path.is_file() or path.suffix != ".h5":
+        return False
+    try:
+        with h5py.File(path, "r", locking=False) as file:
+            return bool(file.attrs.get("diverge_format") == FORMAT_MARKER)
+    except Exception:  # (not HDF5, or damaged past reading: not known to be a run's)
+        return False
 
 
 @dataclass
@@ -135,17 +169,21 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
     """Run ``command`` recorded into ``config.output``; returns the command's exit status."""
     command = resolve_command(command)
     output = Path(config.output or default_output_name(command)).resolve()
-    prepare_output(output, force)
+    aside = prepare_output(output, force)
     config = replace(config, output=str(output))
     handshake = Path(tempfile.mkdtemp(prefix="diverge-"))
+    recorded = False
     try:
         env = child_environment(config, handshake)
         say(f"recording {shortened_command(command)}")
         say(f"writing run to {output}/")
         status = run_child(command, env, handshake)
-        return finish(output, handshake, status, command, str(config.steps))
+        result = finish(output, handshake, status, command, str(config.steps))
+        recorded = any(output.glob("*.h5"))
+        return result
     finally:
         shutil.rmtree(handshake, ignore_errors=True)
+        settle_output(output, aside, recorded)
 
 
 def child_environment(config: RecordConfig, handshake: Path) -> dict[str, str]:

@@ -519,18 +519,17 @@ def _note_uncaught(exc: BaseException) -> None:
 
 
 def deactivate() -> None:
-    """Finish and drop the active session (the Python API's context exit)."""
+    """Finish and drop the active session (the Python API's context exit, and at exit). A
+    file that cannot be finished (a full disk) is said, never raised into the training: its
+    steps written before stay readable."""
     global _active
-    if _active is not None:
-        _active.finish()
-    _active = None
-
-
-def _finish_active() -> None:
     try:
-        deactivate()
-    except Exception as exc:  # never turn a finished training into a crash at exit
+        if _active is not None:
+            _active.finish()
+    except Exception as exc:  # never turn a finished training into a crash
         print(f"diverge: could not finish the run file: {exc}", file=sys.stderr)
+    finally:
+        _active = None
 
 
 def _forget_after_fork() -> None:
@@ -546,10 +545,10 @@ def _finish_in_forked_process(session: Session) -> None:
 
     def finish() -> None:
         if _active is session and session.writer is not None:
-            _finish_active()
+            deactivate()
 
     multiprocessing.util.Finalize(None, finish, exitpriority=0)
 
 
-atexit.register(_finish_active)
+atexit.register(deactivate)
 os.register_at_fork(after_in_child=_forget_after_fork)

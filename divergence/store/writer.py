@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,11 +244,18 @@ class RunFileWriter:
         _ABANDONED.append(self)
 
 
+EXIT_STATUS_ROOM = 16 << 20  # free bytes below which the status is not written
+
+
 def mark_exit_status(path: str | Path, status: int) -> None:
-    """Store the command's exit status in a run file after the process has ended."""
+    """Store the command's exit status in a run file after the process has ended. Not on a
+    nearly full disk: HDF5 failing to flush a file opened for writing can leave it unreadable,
+    and its steps matter more than the status (then unknown)."""
     try:
+        if shutil.disk_usage(Path(path).parent).free < EXIT_STATUS_ROOM:
+            return
         with h5py.File(path, "r+") as file:
             file.attrs["exit_status"] = int(status)
-    except OSError:
+    except Exception:  # (OSError, or h5py's RuntimeError when a flush fails)
         # A file torn by a kill stays readable but may refuse a write; the status is then unknown.
         pass

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from divergence.store.reader import read_meta
+from divergence.store.reader import RunFile, read_meta
 from divergence.store.run import Run
 from divergence.store.schema import Kind
 from tests.conftest import ROOT, SCRIPTS, run_cli
@@ -70,6 +70,34 @@ def test_default_output_name_and_no_overwrite_without_force(tmp_path: Path) -> N
     assert again.returncode == 2
     assert again.stderr.strip().endswith("already exists (hint: choose another -o or pass --force)")
     assert run_cli("record", "-o", str(run), "--force", *command).returncode == 0
+
+
+def test_force_never_removes_a_users_own_hdf5_file(tmp_path: Path) -> None:
+    """Only files a recording wrote (the run marker) are replaced: a folder holding another
+    HDF5 file (a Keras checkpoint) is refused, and the file stays."""
+    import h5py
+
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    with h5py.File(out / "model_weights.h5", "w") as file:
+        file["dense/kernel"] = [[1.0, 2.0]]
+    command = ("--", sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "2")
+    result = run_cli("record", "-o", str(out), "--force", *command)
+    assert result.returncode == 2
+    assert "holds model_weights.h5, not a diverge run file; not overwriting it" in result.stderr
+    assert [p.name for p in out.iterdir()] == ["model_weights.h5"]
+
+
+def test_force_keeps_the_old_run_when_the_new_command_records_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = ("--", sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "2")
+    assert run_cli("record", "-o", str(out), *command).returncode == 0
+    (old,) = h5_files(out)
+    nothing = run_cli("record", "-o", str(out), "--force", "--", sys.executable, "-c", "pass")
+    assert nothing.returncode == 2 and "no training step was recorded" in nothing.stderr
+    assert h5_files(out) == [old] and RunFile.open(old).steps_complete == 2
+    assert run_cli("record", "-o", str(out), "--force", *command).returncode == 0
+    assert len(h5_files(out)) == 1 and not list(tmp_path.glob(".run.replaced-*"))
 
 
 def test_an_unknown_option_or_a_missing_command_is_a_one_line_error(tmp_path: Path) -> None:
