@@ -53,9 +53,43 @@ def cli() -> None:
     """
 
 
+class ReaderMayLeave:
+    """``sys.stdout`` while a command runs: a reader that stops early (``diverge show RUN |
+    head``) ends the output, not the command, whose exit code still says what it found (click
+    would turn the broken pipe into exit 1, "diverged"). Later writes go to /dev/null."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._silence()
+
+    def _silence(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and turn every failure into one stderr line and an exit code
     (and, for a command given ``--json``, a JSON error document on stdout)."""
+    if sys.stdout is None:  # (started with stdout closed: nothing to print to)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
+    elif not isinstance(sys.stdout, ReaderMayLeave):
+        sys.stdout = ReaderMayLeave(sys.stdout)
     try:
         result = cli.main(args=argv, prog_name="diverge", standalone_mode=False)
     except DivergenceError as exc:

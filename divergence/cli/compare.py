@@ -65,14 +65,27 @@ def compare(
 
 
 def parse_ranks(text: str | None) -> list[int] | None:
-    """``"0,1"`` -> ``[0, 1]``; ``"0-3"`` -> ``[0, 1, 2, 3]``; None stays None."""
+    """``"0,1"`` -> ``[0, 1]``; ``"0-3"`` -> ``[0, 1, 2, 3]``; None stays None. A range
+    that selects nothing (``1-0``, ``0-``) is refused, never an empty comparison.
+
+    >>> parse_ranks("0,2-3")
+    [0, 2, 3]
+    >>> parse_ranks("1-0")
+    Traceback (most recent call last):
+    divergence.errors.UsageError: --ranks 1-0: expected ranks like 0,1 or 0-3
+    """
     if text is None:
         return None
     ranks: list[int] = []
     try:
         for part in text.split(","):
-            low, _, high = part.strip().partition("-")
-            ranks.extend(range(int(low), int(high or low) + 1))
+            low, dash, high = part.strip().partition("-")
+            first, last = int(low), int(high if dash else low)
+            if last < first:
+                raise ValueError
+            ranks.extend(range(first, last + 1))
     except ValueError:
-        raise UsageError(f"--ranks {text}: expected ranks like 0,1 or 0-3") from None
+        raise UsageError(
+            f"--ranks {text}: expected ranks like 0,1 or 0-3", hint="diverge compare --help"
+        ) from None
     return ranks

@@ -30,6 +30,7 @@ from divergence.store.schema import note_parts
 from divergence.wording import counted
 
 WIDTH = 100
+MIN_WIDTH = 40  # the narrowest report (--width takes no less)
 
 
 class ComparisonReport:
@@ -88,8 +89,9 @@ def report_width() -> int:
     """The terminal's width up to :data:`WIDTH`; :data:`WIDTH` for a pipe or a file (rich
     would take 80 there), or ``COLUMNS`` where it is set."""
     console = Console()
-    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
-        return min(console.width, WIDTH)
+    columns = os.environ.get("COLUMNS", "")
+    if console.is_terminal or (columns.isdigit() and int(columns) >= MIN_WIDTH):
+        return max(MIN_WIDTH, min(console.width, WIDTH))  # (a terminal says COLUMNS=0)
     return WIDTH
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from divergence.store.reader import RunFile
-from tests.conftest import ROOT, SCRIPTS, Recorder, compare_json, run_cli
+from tests.conftest import ROOT, SAMPLES, SCRIPTS, Recorder, compare_json, run_cli
 
 
 def first_difference(a: Path, b: Path) -> dict[str, Any]:
@@ -732,3 +732,25 @@ def test_a_gradscaler_is_recorded_and_its_skipped_steps_keep_the_numbering(
     assert RunFile.open(skipping).steps.tolist() == [0, 1, 2, 3]  # (step 1 skipped its update)
     code, report = compare_json(runs["a"], runs["skip"])
     assert code == 1 and report["first_divergence"]["step"] == 1
+
+
+def test_a_reader_that_leaves_early_does_not_change_the_exit_code() -> None:
+    """``diverge show RUN | head``: a broken pipe ends the output, not the verdict (click
+    would exit 1, "diverged", for show of one run, which can only say 0 or 2)."""
+    a, b = SAMPLES / "threads" / "a", SAMPLES / "threads" / "b"
+    for args, expected in ((["show", str(a), "--step", "0"], 0), (["compare", str(a), str(b)], 1)):
+        command = [sys.executable, "-m", "divergence", *args]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert process.stdout is not None
+        process.stdout.close()  # (gone before the first write)
+        _, error = process.communicate()
+        assert process.returncode == expected, error
+        assert b"Traceback" not in error and b"error" not in error
+
+
+def test_a_columns_value_below_the_narrowest_report_is_no_width(tmp_path: Path) -> None:
+    a, b = SAMPLES / "threads" / "a", SAMPLES / "threads" / "b"
+    result = run_cli("compare", str(a), str(b), env={"COLUMNS": "0"})
+    verdict = result.stdout.splitlines()[0]  # (100 columns: the verdict on one line)
+    assert verdict == "DIVERGED (value) at step 0, forward: output of classifier.1 [origin]"
+    assert max(map(len, result.stdout.splitlines())) <= 100
