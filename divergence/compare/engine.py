@@ -26,6 +26,8 @@ from divergence.store.run import Process, Run
 from divergence.store.schema import (
     BARE_TENSOR,
     EDITED_IN_TRACE,
+    KIND_VALUES,
+    PHASE_VALUES,
     SAMPLE_WEIGHT,
     Kind,
     Phase,
@@ -148,7 +150,8 @@ def script_difference(a: RunFile, b: RunFile) -> str:
 
 def _script(meta: dict[str, object]) -> str:
     argv = meta.get("argv") or [""]
-    assert isinstance(argv, list)
+    if not isinstance(argv, list) or not argv:  # (damaged metadata: no script to name)
+        return ""
     return Path(str(argv[0])).name
 
 
@@ -394,6 +397,8 @@ def _refuse_mixed_algorithms(a: RunFile, b: RunFile, row: int) -> None:
 
 def probe_at(file: RunFile, row: int) -> Probe:
     r = file.records[row]
+    if r["phase"] not in PHASE_VALUES or r["kind"] not in KIND_VALUES or r["step"] < 0:
+        raise file.damaged(row)
     return Probe(
         row=row,
         step=int(r["step"]),

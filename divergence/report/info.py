@@ -19,7 +19,7 @@ from divergence.compare.ranks import world_size
 from divergence.errors import CorruptRunError
 from divergence.report.terminal import key_value_table
 from divergence.store.run import Run
-from divergence.store.schema import Kind
+from divergence.store.schema import KIND_VALUES, Kind
 from divergence.wording import counted
 
 SHOWN_META = (
@@ -168,7 +168,12 @@ def run_summary(path: str | Path) -> RunSummary:
             unreadable.append(f"{process.key}: {exc.one_line()}")
             continue
         records = f.records[f.records["kind"] != Kind.STEP_END]
-        kinds = Counter(Kind(k).label for k in records["kind"])
+        values, counts = np.unique(records["kind"], return_counts=True)
+        if records.size and int(records["step"].min()) < 0:
+            raise f.damaged(int(np.argmin(f.records["step"])))
+        if not set(values.tolist()) <= KIND_VALUES:
+            raise f.damaged(int(np.flatnonzero(~np.isin(f.records["kind"], list(KIND_VALUES)))[0]))
+        kinds = Counter({Kind(k).label: int(n) for k, n in zip(values, counts, strict=True)})
         processes.append(
             ProcessSummary(
                 key=process.key,

@@ -104,18 +104,37 @@ class RunFile:
             raise CorruptRunError(
                 f"{path}: records name strings that are missing", hint=HINT_CORRUPT
             )
+        meta = json.loads(file.attrs.get("meta", "{}"))
+        end = json.loads(file.attrs["end"]) if "end" in file.attrs else None
+        if not isinstance(meta, dict) or not isinstance(end, dict | None):
+            raise CorruptRunError(
+                f"{path}: damaged metadata (not a JSON object)", hint=HINT_CORRUPT
+            )
         return cls(
             path=path,
             records=records,
             strings=strings,
-            meta=json.loads(file.attrs.get("meta", "{}")),
-            end=json.loads(file.attrs["end"]) if "end" in file.attrs else None,
+            meta=meta,
+            end=end,
             exit_status=int(file.attrs["exit_status"]) if "exit_status" in file.attrs else None,
             # rows of a step that never ended (zero rows allocated ahead are not torn)
             torn_rows=int(np.count_nonzero(raw["kind"][complete:] != Kind.INVALID)),
             steps=np.unique(raw["step"][ends]),
             step_ends=ends,
             dumped_rows=frozenset(int(k) for k in file[TENSORS] if int(k) < complete),
+        )
+
+    def damaged(self, row: int) -> CorruptRunError:
+        """The error for record ``row``, whose fields hold values no recorder writes (a
+        flipped byte): checked where a record is read for a report, not over every row.
+
+        >>> # raise run.damaged(12)  -> "run/pid7.h5: record 12 is damaged (phase 160, ...)"
+        """
+        r = self.records[row]
+        return CorruptRunError(
+            f"{self.path}: record {row} is damaged (phase {r['phase']}, kind {r['kind']}, "
+            f"step {r['step']})",
+            hint=HINT_CORRUPT,
         )
 
     @property

@@ -77,6 +77,11 @@ class Kind(IntEnum):
         return self.name.lower()
 
 
+# the values a recorder writes (a record with another was damaged: a flipped byte)
+PHASE_VALUES = frozenset(int(p) for p in Phase)
+KIND_VALUES = frozenset(int(k) for k in Kind)
+
+
 class Status(IntEnum):
     OK = 0
     SKIPPED = 1  # not fingerprinted: ``note`` says why (meta tensor, nested tensor, ...)
