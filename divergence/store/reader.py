@@ -75,6 +75,12 @@ class RunFile:
                 f"{path}: permission denied", hint="the file must be readable by this user"
             ) from exc
         except DAMAGE_ERRORS as exc:
+            if "unable to lock file" in str(exc):  # (HDF5's lock: a writer has it open)
+                raise CorruptRunError(
+                    f"{path}: still being written (a recording holds it open)",
+                    hint="wait for the recording to end, or read what it wrote so far with "
+                    "HDF5_USE_FILE_LOCKING=FALSE set",
+                ) from exc
             raise CorruptRunError(
                 f"{path}: cannot read HDF5 ({_short(exc)})", hint=HINT_CORRUPT
             ) from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -754,3 +755,24 @@ def test_a_columns_value_below_the_narrowest_report_is_no_width(tmp_path: Path) 
     verdict = result.stdout.splitlines()[0]  # (100 columns: the verdict on one line)
     assert verdict == "DIVERGED (value) at step 0, forward: output of classifier.1 [origin]"
     assert max(map(len, result.stdout.splitlines())) <= 100
+
+
+def test_a_run_still_being_written_is_said_to_be_so(tmp_path: Path) -> None:
+    """HDF5 locks a file a writer holds open: not "damaged, record it again"."""
+    run = tmp_path / "live"
+    shutil.copytree(SAMPLES / "identical" / "a", run)
+    (file,) = run.glob("*.h5")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import h5py, sys, time; f = h5py.File({str(file)!r}, 'r+'); "
+         "print('open', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        result = run_cli("info", str(run))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2
+    assert "still being written (a recording holds it open)" in result.stderr
+    assert result.stderr.count("\n") == 1
