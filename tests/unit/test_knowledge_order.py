@@ -3,7 +3,7 @@ before a general one do."""
 
 from __future__ import annotations
 
-from divergence.compare.knowledge import match_cause
+from divergence.compare.knowledge import match_cause, matching_hints
 
 KERAS = {"framework": "tensorflow", "device": "cpu", "layout": "same"}
 
@@ -122,6 +122,14 @@ def test_a_switched_off_onednn_is_named() -> None:
     assert found is not None and "torch.backends.mkldnn.enabled" in found.fix
 
 
+def test_another_float32_matmul_precision_is_named_not_the_determinism_switches() -> None:
+    for env in (["determinism.float32_matmul_precision", "determinism.matmul.allow_tf32"],
+                ["determinism.cudnn.allow_tf32"]):  # fmt: skip
+        found = match_cause("value", "output", "fc", env, "forward", facts=TORCH)
+        assert found is not None and "set_float32_matmul_precision() with the same" in found.fix
+        assert "use_deterministic_algorithms" not in found.fix
+
+
 def test_weights_drawn_from_numpy_get_numpy_s_seed() -> None:
     for generator, words in (("numpy.random", "np.random.seed"), ("torch.cpu", "torch.manual")):
         env = [f"rng.{generator}"]
@@ -187,3 +195,12 @@ def test_a_resumed_run_that_was_killed_is_not_told_all_is_well() -> None:
     resumed = {**TORCH, "resume": "continued"}
     found = match_cause("length", "step_end", "", [], "marker", facts=resumed)
     assert found is not None and "killed, crashed" in found.summary
+
+
+def test_a_loss_that_differs_under_random_str_hashes_gets_the_hash_seed_hint() -> None:
+    """Targets mapped through a set of class names are not recorded; the loss reads them."""
+    facts = {**TORCH, "generators": "matched", "str_hash": "random"}
+    (hint,) = matching_hints("value", "loss", "loss", [], "backward", facts=facts)
+    assert "labels mapped through a set of strings" in hint and "PYTHONHASHSEED=0" in hint
+    fixed = {**facts, "str_hash": "fixed"}
+    assert matching_hints("value", "loss", "loss", [], "backward", facts=fixed) == []
