@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -178,7 +179,8 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
         say(f"recording {shortened_command(command)}")
         say(f"writing run to {output}/")
         status = run_child(command, env, handshake)
-        result = finish(output, handshake, status, command, str(config.steps))
+        filtered = bool(config.include or config.exclude)
+        result = finish(output, handshake, status, command, str(config.steps), filtered)
         recorded = any(output.glob("*.h5"))
         return result
     finally:
@@ -200,13 +202,21 @@ def child_environment(config: RecordConfig, handshake: Path) -> dict[str, str]:
 
 
 def run_child(command: list[str], env: dict[str, str], handshake: Path) -> int:
-    """Run the command; forward SIGTERM; show a live progress line on a terminal."""
-    child = subprocess.Popen(command, env=env)
+    """Run the command; forward SIGTERM, SIGINT and SIGHUP; show a live progress line on a
+    terminal. On Linux the child also gets SIGTERM if ``diverge record`` itself dies (a
+    SIGKILL cannot be forwarded): no training runs on unsupervised."""
+    linux = sys.platform.startswith("linux")
+    child = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent if linux else None)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         child.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    forwarded = [
+        signal.SIGTERM,
+        signal.SIGINT,
+        *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []),
+    ]
+    previous = {s: signal.signal(s, forward) for s in forwarded}
     done = threading.Event()
     ticker = threading.Thread(target=_progress_loop, args=(handshake, done), daemon=True)
     if sys.stderr.isatty():
@@ -223,6 +233,17 @@ def run_child(command: list[str], env: dict[str, str], handshake: Path) -> int:
     return 128 - status if status < 0 else status
 
 
+def _die_with_parent() -> None:
+    """In the child before it runs the command (Linux): ``prctl(PR_SET_PDEATHSIG, SIGTERM)``."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # (no prctl: it outlives a killed parent)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 def _progress_loop(handshake: Path, done: threading.Event) -> None:
     while not done.wait(0.5):
         sys.stderr.write(f"\r{PREFIX}{Progress.read(handshake).line()}\x1b[K")
@@ -230,10 +251,16 @@ def _progress_loop(handshake: Path, done: threading.Event) -> None:
 
 
 def finish(
-    output: Path, handshake: Path, status: int, command: list[str], steps: str = "0:"
+    output: Path,
+    handshake: Path,
+    status: int,
+    command: list[str],
+    steps: str = "0:",
+    filtered: bool = False,
 ) -> int:
     """Check the handshake, store the exit status, say what was recorded and what to run next.
-    ``steps``: the ``--steps`` range, for the reason a run recorded nothing."""
+    ``steps``, ``filtered`` (``--include``/``--exclude`` given): for the reason a run recorded
+    nothing."""
     files = sorted(output.glob("*.h5"))
     for file in files:
         mark_exit_status(file, status)
@@ -248,6 +275,8 @@ def finish(
             why = "no optimizer.step(), module forward or divergence.step() was seen"
             if steps != "0:":
                 why = f"none of its steps fell in --steps {steps}, or {why}"
+            if filtered:
+                why = f"--include/--exclude left out every probe, or {why}"
         say(f"no training step was recorded ({describe_status(status)}): {why}")
         return status if status else 2
     progress = Progress.read(handshake)

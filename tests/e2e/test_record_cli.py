@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from divergence.store.reader import RunFile, read_meta
@@ -149,6 +152,43 @@ def test_a_process_killed_before_its_first_step_ended_is_said_to_be(tmp_path: Pa
         result.stderr
     )
     assert "before its first step completed" in result.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG)")
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGHUP])
+def test_the_training_dies_with_a_killed_launcher(tmp_path: Path, signum: int) -> None:
+    """``diverge record`` killed (SIGKILL cannot be forwarded) or hung up: the training it
+    started ends too, its run readable up to its last step, instead of running on unseen."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "divergence", "record", "-o", str(out), "--"]
+    launcher = subprocess.Popen(
+        [*command, sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "1000000"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("pid*.h5")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (file,) = out.glob("pid*.h5")
+        child = int(file.stem.removeprefix("pid"))
+        launcher.send_signal(signum)
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child)
+    finally:
+        launcher.kill()
+    assert RunFile.open(file).steps_complete > 0
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended and not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def test_python_without_site_customisation_is_refused_loudly(tmp_path: Path) -> None:
@@ -375,3 +415,11 @@ def test_steps_outside_the_training_are_said_to_be(tmp_path: Path) -> None:
     assert "none of its steps fell in --steps 10:20" in result.stderr
     empty = run_cli("record", "-o", str(out), "--steps", "4:2", "--", *script)
     assert empty.returncode == 2 and "step range '4:2' holds no step" in empty.stderr
+
+
+def test_globs_that_match_no_probe_are_named_as_a_reason(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    script = (sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "2")
+    result = run_cli("record", "-o", str(out), "--include", "zzz*", "--", *script)
+    assert result.returncode == 2 and not out.exists()
+    assert "--include/--exclude left out every probe, or no optimizer.step()" in result.stderr
