@@ -57,7 +57,7 @@ def _compared(key: str) -> bool:
 
 
 # metadata lists of calls, shown call by call
-CALL_LISTS = ("seeds", "rng_restores", "sampler_epochs")
+CALL_LISTS = ("seeds", "rng_restores", "sampler_epochs", "thread_calls")
 
 
 def _newer_setting(key: str, fa: dict[str, Any], fb: dict[str, Any]) -> bool:

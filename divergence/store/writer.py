@@ -45,6 +45,7 @@ LATE_META_KEYS = (
     "seeds",
     "rng_restores",
     "sampler_epochs",
+    "thread_calls",
     "distributed",
     "dataloaders",
     "compile",

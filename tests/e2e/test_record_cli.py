@@ -423,3 +423,34 @@ def test_globs_that_match_no_probe_are_named_as_a_reason(tmp_path: Path) -> None
     result = run_cli("record", "-o", str(out), "--include", "zzz*", "--", *script)
     assert result.returncode == 2 and not out.exists()
     assert "--include/--exclude left out every probe, or no optimizer.step()" in result.stderr
+
+
+def test_a_thread_count_set_during_training_is_noted_with_its_step(tmp_path: Path) -> None:
+    """The counts read at the start do not show a ``torch.set_num_threads`` call made later:
+    each call is in the metadata with its step, compared as environment, and names the thread
+    cause. (The same count here: the bits stay equal, the setting still shows.)"""
+    code = (
+        "import os, torch\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Linear(4, 2)\n"
+        "o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for step in range(3):\n"
+        "    if step == 1 and os.environ.get('SET_AT_1'):\n"
+        "        torch.set_num_threads(torch.get_num_threads())\n"
+        "    m(torch.ones(3, 4)).sum().backward(); o.step(); o.zero_grad()\n"
+    )
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run, env in zip(runs, ({}, {"SET_AT_1": "1"}), strict=True):
+        command = ("record", "-o", str(run), "--", sys.executable, "-c", code)
+        assert run_cli(*command, env=env).returncode == 0
+    (file,) = runs[1].glob("*.h5")
+    threads = str(torch.get_num_threads())  # (the child's: this process's, inherited)
+    assert read_meta(file)["thread_calls"] == [
+        {"call": "torch.set_num_threads", "seed": threads, "step": 1}
+    ]
+    result = run_cli("compare", "--json", *map(str, runs))
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["status"] == "identical"
+    differences = report["environment_differences"]
+    (difference,) = [d for d in differences if d["key"] == "thread_calls"]
+    assert difference["b"] == f"torch.set_num_threads({threads}) at step 1"

@@ -204,3 +204,8 @@ def test_a_loss_that_differs_under_random_str_hashes_gets_the_hash_seed_hint() -
     assert "labels mapped through a set of strings" in hint and "PYTHONHASHSEED=0" in hint
     fixed = {**facts, "str_hash": "fixed"}
     assert matching_hints("value", "loss", "loss", [], "backward", facts=fixed) == []
+
+
+def test_a_thread_count_set_during_training_names_the_thread_cause() -> None:
+    found = match_cause("value", "output", "fc", ["thread_calls"], "forward", facts=TORCH)
+    assert found is not None and found.summary.startswith("the thread count differs")

@@ -116,6 +116,7 @@ class TorchRecorder(Instrumentation):
         self.loaders_seen: list[dict[str, object]] = []  # each DataLoader's settings
         self.compiles_seen: list[dict[str, object]] = []  # each torch.compile call's settings
         self.sampler_epochs: list[dict[str, object]] = []  # DistributedSampler.set_epoch calls
+        self.thread_calls: list[dict[str, object]] = []  # torch.set_num_threads calls
         self.buffers_seen: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # initial ones
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
@@ -148,6 +149,8 @@ class TorchRecorder(Instrumentation):
             self.patch(torch.jit, name, self._wrap_jit_trace)
         self.patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
         self.patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)
+        for name in ("set_num_threads", "set_num_interop_threads"):
+            self.patch(torch, name, functools.partial(self._wrap_thread_setter, name))
         self.patch(torch, "manual_seed", functools.partial(self._wrap_seed, "torch.manual_seed"))
         self.patch(torch, "seed", functools.partial(self._wrap_seed, "torch.seed"))
         self.patch(random, "seed", functools.partial(self._wrap_seed, "random.seed"))
@@ -242,6 +245,8 @@ class TorchRecorder(Instrumentation):
             meta["compile"] = {str(i): s for i, s in enumerate(self.compiles_seen)}
         if self.sampler_epochs:
             meta["sampler_epochs"] = self.sampler_epochs
+        if self.thread_calls:
+            meta["thread_calls"] = self.thread_calls
         if self.keras_layers_seen:  # (compare words the note: see wording.KERAS_ON_TORCH)
             meta["keras_backend"] = "torch"
         return meta
@@ -859,6 +864,20 @@ class TorchRecorder(Instrumentation):
 
         return set_epoch
 
+    def _wrap_thread_setter(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.set_num_threads(n)`` noted with its step (metadata ``thread_calls``): the
+        count read at the start says nothing of a call made later in the training, after
+        which CPU reductions may split their work otherwise."""
+        calls, session = self.thread_calls, self.session
+
+        @functools.wraps(original)
+        def set_threads(count: int, *args: Any, **kwargs: Any) -> Any:
+            if len(calls) < MAX_THREAD_CALLS:
+                calls.append({"call": f"torch.{name}", "seed": repr(count), "step": session.step})
+            return original(count, *args, **kwargs)
+
+        return set_threads
+
     def _wrap_seed(self, label: str, original: Callable[..., Any]) -> Callable[..., Any]:
         session = self.session
 
@@ -923,6 +942,8 @@ def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[s
     keyed = keyed_tensors(sorted_dicts((args, kwargs)))
     return [(".".join(p for p in key.split(".") if not p.isdigit()), t) for key, t in keyed]
 
+
+MAX_THREAD_CALLS = 64  # (a loop that sets the count every step is noted 64 times)
 
 RNG_STATE = (("get_rng_state", "set_rng_state"),)  # (getter, setter) pairs
 CUDA_RNG_STATES = (("get_rng_state", "set_rng_state"), ("get_rng_state_all", "set_rng_state_all"))
