@@ -85,11 +85,18 @@ class ReaderMayLeave:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and turn every failure into one stderr line and an exit code
-    (and, for a command given ``--json``, a JSON error document on stdout)."""
-    if sys.stdout is None:  # (started with stdout closed: nothing to print to)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
-    elif not isinstance(sys.stdout, ReaderMayLeave):
-        sys.stdout = ReaderMayLeave(sys.stdout)
+    (and, for a command given ``--json``, a JSON error document on stdout). Its stdout is
+    :class:`ReaderMayLeave` while it runs (/dev/null when the process has none)."""
+    saved = sys.stdout
+    with open(os.devnull, "w") as devnull:
+        sys.stdout = ReaderMayLeave(saved if saved is not None else devnull)
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout = saved
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         result = cli.main(args=argv, prog_name="diverge", standalone_mode=False)
     except DivergenceError as exc:

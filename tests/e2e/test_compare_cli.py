@@ -747,6 +747,11 @@ def test_a_reader_that_leaves_early_does_not_change_the_exit_code() -> None:
         _, error = process.communicate()
         assert process.returncode == expected, error
         assert b"Traceback" not in error and b"error" not in error
+    closed = subprocess.run(  # (started with no stdout at all: nothing to print, same verdict)
+        [sys.executable, "-m", "divergence", "compare", str(a), str(b)],
+        preexec_fn=lambda: os.close(1), capture_output=False, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert closed.returncode == 1 and not closed.stderr, closed.stderr
 
 
 def test_a_columns_value_below_the_narrowest_report_is_no_width(tmp_path: Path) -> None:
