@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from divergence.errors import CorruptRunError
 from divergence.store.reader import RunFile, read_meta
 from divergence.store.run import Run
 from divergence.store.schema import Kind
@@ -171,6 +172,7 @@ def test_the_training_dies_with_a_killed_launcher(tmp_path: Path, signum: int) -
             time.sleep(0.2)
         (file,) = out.glob("pid*.h5")
         child = int(file.stem.removeprefix("pid"))
+        time.sleep(2)  # (the file exists before its first step is written: let a few pass)
         launcher.send_signal(signum)
         launcher.wait(timeout=30)
         deadline = time.monotonic() + 30
@@ -179,7 +181,17 @@ def test_the_training_dies_with_a_killed_launcher(tmp_path: Path, signum: int) -
         assert not _alive(child)
     finally:
         launcher.kill()
-    assert RunFile.open(file).steps_complete > 0
+    # (readable once every process holding it is gone: the DataLoader's workers notice their
+    # parent's end within seconds)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            assert RunFile.open(file).steps_complete > 0
+            break
+        except CorruptRunError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _alive(pid: int) -> bool:
@@ -444,10 +456,9 @@ def test_a_thread_count_set_during_training_is_noted_with_its_step(tmp_path: Pat
         command = ("record", "-o", str(run), "--", sys.executable, "-c", code)
         assert run_cli(*command, env=env).returncode == 0
     (file,) = runs[1].glob("*.h5")
-    threads = str(torch.get_num_threads())  # (the child's: this process's, inherited)
-    assert read_meta(file)["thread_calls"] == [
-        {"call": "torch.set_num_threads", "seed": threads, "step": 1}
-    ]
+    meta = read_meta(file)
+    threads = str(meta["threads"]["torch.get_num_threads"])  # (the child's, at its start)
+    assert meta["thread_calls"] == [{"call": "torch.set_num_threads", "seed": threads, "step": 1}]
     result = run_cli("compare", "--json", *map(str, runs))
     report = json.loads(result.stdout)
     assert result.returncode == 0 and report["status"] == "identical"
