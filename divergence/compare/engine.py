@@ -21,7 +21,7 @@ from divergence.compare.model import Comparison, Divergence, Probe, ProcessCompa
 from divergence.compare.pairing import Pairing, pair_by_identity
 from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
-from divergence.store.reader import RunFile
+from divergence.store.reader import RunFile, step_bounds
 from divergence.store.run import Process, Run
 from divergence.store.schema import (
     BARE_TENSOR,
@@ -221,7 +221,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         _refuse_mixed_algorithms(a, b, result.mixed_algorithm)
     # RNG states are evidence, not divergences: an unseeded generator that is never drawn from
     # differs from the first step on and changes no tensor.
-    rng_rows = a.records["kind"][:structure_end] == Kind.RNG_STATE
+    rng_rows = a.kinds[:structure_end] == Kind.RNG_STATE
     value_differs = result.value_differs
     rng_differs = value_differs & rng_rows
     value_differs &= ~rng_rows
@@ -229,11 +229,9 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     # matched changed no bits: said in a note, as a differing DataLoader setting is.
     first_value = int(np.argmax(value_differs)) if value_differs.any() else None
     settings: list[str] = []
-    # (looked at only when the first is a setting: the kind column of millions of rows is
-    # strided, and reading it cost a fifth of an identical comparison)
-    if first_value is not None and a.records["kind"][first_value] == Kind.HYPERPARAM:
+    if first_value is not None and a.kinds[first_value] == Kind.HYPERPARAM:
         differing = np.flatnonzero(value_differs)
-        if (a.records["kind"][differing] == Kind.HYPERPARAM).all():
+        if (a.kinds[differing] == Kind.HYPERPARAM).all():
             settings = _differing_names(a, differing)
             value_differs, first_value = np.zeros_like(value_differs), None
     if first_value is not None and BARE_TENSOR in a.strings:
@@ -426,19 +424,12 @@ def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     return divergence
 
 
-def _step_bounds(records: np.ndarray, row: int) -> tuple[int, int]:
-    """The rows [lo, hi) of ``row``'s step (steps never go back in a file)."""
-    step = records["step"][row]
-    lo, hi = np.searchsorted(records["step"], [step, step + 1])
-    return int(lo), int(hi)
-
-
 def replay_call(run: RunFile, row: int) -> int | None:
     """Which call of its op the op output ``row`` belongs to, as ``diverge replay --call``
     counts them: the calls of the name in the step (every phase), from 0, each opened by its
     input 0; None when no input of it was recorded."""
     records = run.records
-    block = records[_step_bounds(records, row)[0] : row]
+    block = records[step_bounds(records, row)[0] : row]
     opened = (block["name"] == records["name"][row]) & (block["kind"] == Kind.OP_INPUT)
     calls = int(np.count_nonzero(opened & (block["slot"] == 0)))
     return calls - 1 if calls else None
@@ -448,7 +439,7 @@ def occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
     """(k, n) when ``row``'s step holds n > 1 records of its probe (name, kind, slot, phase)
     and it is the k-th; None for a probe recorded once in the step."""
     records = run.records
-    lo, hi = _step_bounds(records, row)
+    lo, hi = step_bounds(records, row)
     block, r = records[lo:hi], records[row]
     same = block["name"] == r["name"]
     for field in ("kind", "slot", "phase"):  # (a parameter's init and update are two probes)
@@ -696,7 +687,7 @@ def _propagation(
     if paired is not None:
         rows = np.concatenate([rows, paired.differing_rows])
     step = a.records["step"]
-    kind = a.records["kind"] if paired is not None else a.records["kind"][:structure_end]
+    kind = a.kinds if paired is not None else a.kinds[:structure_end]
     steps = step[rows]
     loss = rows[kind[rows] == Kind.LOSS]
     (final_step, final_a), (_, final_b) = _final_prints(a), _final_prints(b)
@@ -735,7 +726,7 @@ def _final_prints(
     subclass): their placeholders are equal whatever the values. ``kind``: BUFFER for the
     buffers' last records."""
     records, strings = run.records, run.strings
-    rows = np.flatnonzero(records["kind"] == kind)
+    rows = np.flatnonzero(run.kinds == kind)
     last_row = np.full(len(strings), -1, dtype=np.int64)  # by name id (no sort: 6x cheaper)
     np.maximum.at(last_row, records["name"][rows], rows)
     last = records[last_row[last_row >= 0]]

@@ -16,7 +16,7 @@ from divergence.compare.environment import CALL_LISTS
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.record.hyperparameters import differing_settings
-from divergence.store.reader import RunFile
+from divergence.store.reader import RunFile, step_bounds
 from divergence.store.schema import (
     BARE_TENSOR,
     BEFORE_BACKWARD_HOOKS,
@@ -41,7 +41,7 @@ from divergence.store.schema import (
 def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
     records = run.records
     kind, step = Kind(records["kind"][row]), divergence.step
-    same_step = np.flatnonzero(records["step"][:row] == step)
+    same_step = np.arange(step_bounds(records, row)[0], row)
     previous = _describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
     divergence.facts.update(run_facts(run.meta))
     divergence.facts["layout"] = _layout(divergence)
@@ -222,8 +222,8 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> N
     if divergence.facts.get("batch"):  # (the batch itself: said by its own explanation)
         return
     records = a.records
-    batches = (records["step"][:row] == divergence.step) & (records["kind"][:row] == Kind.BATCH)
-    for r in np.flatnonzero(batches):
+    start = step_bounds(records, row)[0]
+    for r in start + np.flatnonzero(a.kinds[start:row] == Kind.BATCH):
         eval_a, eval_b = (_in_eval_mode(run, int(r)) for run in (a, b))
         if eval_a != eval_b:
             which, other = ("A", "B") if eval_a else ("B", "A")
@@ -606,7 +606,7 @@ def _op_call_inputs(run: RunFile, row: int) -> list[int]:
 
 
 def _previous_op(run: RunFile, row: int) -> str:
-    kinds = run.records["kind"][:row]
+    kinds = run.kinds[:row]
     outputs = np.flatnonzero(kinds == Kind.OP_OUTPUT)
     if not outputs.size:
         return "the start of the recorded ops"
@@ -616,7 +616,7 @@ def _previous_op(run: RunFile, row: int) -> str:
 
 def _compiled_region_before(run: RunFile, row: int) -> str | None:
     """The torch.compile region entered since the last recorded op output before ``row``."""
-    kinds = run.records["kind"][:row]
+    kinds = run.kinds[:row]
     outputs = np.flatnonzero(kinds == Kind.OP_OUTPUT)
     regions = np.flatnonzero(kinds == Kind.COMPILED)
     if regions.size and (not outputs.size or regions[-1] > outputs[-1]):
@@ -715,18 +715,22 @@ def _has(
     note: str | None = None,
 ) -> bool:
     """Whether ``rows`` hold a record of ``kind`` and ``name`` (and ``phase``, ``note``)."""
-    records = run.records
-    return any(
-        records["kind"][i] == kind
-        and run.strings[records["name"][i]] == name
-        and (phase is None or records["phase"][i] == phase)
-        and (note is None or run.strings[records["note"][i]] == note)
-        for i in rows
-    )
+    records = run.records[rows]
+    found = (records["kind"] == kind) & np.isin(records["name"], _string_ids(run, name))
+    if phase is not None:
+        found &= records["phase"] == phase
+    if note is not None:
+        found &= np.isin(records["note"], _string_ids(run, note))
+    return bool(found.any())
+
+
+def _string_ids(run: RunFile, text: str) -> list[int]:
+    """The ids ``run`` stores ``text`` under (one, or none; a list, as ``np.isin`` takes)."""
+    return [i for i, s in enumerate(run.strings) if s == text]
 
 
 def _has_kind(run: RunFile, rows: np.ndarray, kind: Kind) -> bool:
-    return bool((run.records["kind"][rows] == kind).any()) if rows.size else False
+    return bool((run.kinds[rows] == kind).any()) if rows.size else False
 
 
 def _noted(run: RunFile, row: int, note: str) -> bool:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,6 +60,7 @@ class RunFile:
     # a view (:meth:`view`): each record's row in the file, and what its steps were shifted by
     source_rows: np.ndarray | None = None
     step_shift: int = 0
+    kind_column: np.ndarray | None = field(default=None, repr=False)  # (see :attr:`kinds`)
 
     @classmethod
     def open(cls, path: str | Path) -> RunFile:
@@ -102,7 +104,8 @@ class RunFile:
             )
         raw = _read_records(file[RECORDS])
         strings = [s.decode() if isinstance(s, bytes) else str(s) for s in file[STRINGS][()]]
-        ends = np.flatnonzero(raw["kind"] == Kind.STEP_END)
+        kinds = np.ascontiguousarray(raw["kind"])
+        ends = np.flatnonzero(kinds == Kind.STEP_END)
         complete = _complete_prefix(raw, ends)
         ends = ends[ends < complete]
         records = raw[:complete]
@@ -124,10 +127,11 @@ class RunFile:
             end=end,
             exit_status=int(file.attrs["exit_status"]) if "exit_status" in file.attrs else None,
             # rows of a step that never ended (zero rows allocated ahead are not torn)
-            torn_rows=int(np.count_nonzero(raw["kind"][complete:] != Kind.INVALID)),
+            torn_rows=int(np.count_nonzero(kinds[complete:] != Kind.INVALID)),
             steps=np.unique(raw["step"][ends]),
             step_ends=ends,
             dumped_rows=frozenset(int(k) for k in file[TENSORS] if int(k) < complete),
+            kind_column=kinds[:complete],
         )
 
     def damaged(self, row: int) -> CorruptRunError:
@@ -174,6 +178,18 @@ class RunFile:
         )
 
     @property
+    def kinds(self) -> np.ndarray:
+        """Every record's kind as one contiguous array. The ``kind`` field is strided over
+        millions of rows, each pass over it a pass over the whole file in memory: it is read
+        once (when the file is opened) and the comparison works on this copy.
+
+        >>> # np.flatnonzero(run.kinds == Kind.PARAM)  -> the parameter rows
+        """
+        if self.kind_column is None:
+            self.kind_column = np.ascontiguousarray(self.records["kind"])
+        return self.kind_column
+
+    @property
     def complete(self) -> bool:
         """True when the process closed the file itself (it was not killed)."""
         return self.end is not None
@@ -214,7 +230,22 @@ class RunFile:
             dumped_rows=frozenset(int(i) for i in dumped),
             source_rows=source,
             step_shift=self.step_shift + step_shift,
+            kind_column=None,
         )
+
+
+def step_bounds(records: np.ndarray, row: int) -> tuple[int, int]:
+    """The rows [lo, hi) of ``row``'s step (steps never go back in a file). Bisected in
+    Python: ``np.searchsorted`` would first copy the strided step column of millions of rows.
+
+    >>> from divergence.store.schema import RECORD_DTYPE
+    >>> records = np.zeros(5, RECORD_DTYPE); records["step"] = [0, 1, 1, 1, 2]
+    >>> step_bounds(records, 2)
+    (1, 4)
+    """
+    steps = records["step"]
+    step = int(steps[row])
+    return bisect.bisect_left(steps, step), bisect.bisect_left(steps, step + 1)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
