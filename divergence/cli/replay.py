@@ -18,6 +18,9 @@ from divergence.errors import ExitCode, UsageError
 from divergence.wording import counted
 
 
+MAX_THREADS = 1024  # (more than cores is fine: a recording's count; tens of thousands is a typo)
+
+
 @click.command(help=__doc__)
 @click.argument("run", type=click.Path())
 @click.option("--step", type=int, required=True, help="The step the op ran in.")
@@ -35,7 +38,7 @@ from divergence.wording import counted
 @click.option("--device", default="cpu", show_default=True, help="Device to run it on.")
 @click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_THREADS),
     default=None,
     help="torch.set_num_threads first (default: the recording's thread count).",
 )
@@ -78,7 +81,12 @@ SHOWN_RUNS = 10  # executions listed one per line (the verdict counts them all)
 
 
 def _check_device(torch: Any, device: str) -> None:
-    """A device this torch can put a tensor on, else a usage error naming it."""
+    """A device this torch can put a tensor on and compute on, else a usage error naming it."""
+    if device.split(":")[0] == "meta":
+        raise UsageError(
+            f"--device {device}: meta tensors hold no values, so outputs cannot be compared",
+            hint="cpu, or a device this torch build and machine have (cuda, cuda:1, mps)",
+        )
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as exc:  # (a CPU build asserts on "cuda")

@@ -182,7 +182,9 @@ def test_replay_refuses_bad_options_in_one_line(record: Recorder) -> None:
     run = record("mlp.py", "--steps", "1", options=DUMPED)
     for options, said in [
         (("--device", "foo"), "--device foo: not usable here"),
-        (("--threads", "0"), "'--threads': 0 is not in the range x>=1"),
+        (("--device", "meta"), "--device meta: meta tensors hold no values"),
+        (("--threads", "0"), "'--threads': 0 is not in the range 1<=x<=1024"),
+        (("--threads", "50000"), "'--threads': 50000 is not in the range 1<=x<=1024"),
         (("--times", "0"), "'--times': 0 is not in the range x>=1"),
         (("--call", "-1"), "'--call': -1 is not in the range x>=0"),
     ]:
