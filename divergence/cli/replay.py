@@ -17,7 +17,6 @@ import click
 from divergence.errors import ExitCode, UsageError
 from divergence.wording import counted
 
-
 MAX_THREADS = 1024  # (more than cores is fine: a recording's count; tens of thousands is a typo)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,11 +135,37 @@ def hunt(
     say: Say | None = None,
 ) -> Hunt:
     """Record, compare, zoom. ``runs`` hash-only recordings are compared with the first one
-    (or each with ``against``)."""
+    (or each with ``against``). A hunt that fails leaves no empty folder it made behind."""
     command = resolve_command(command)
-    say = say or _say
     if against is not None:
         check_reference(against)
+    made = not directory.exists()
+    try:
+        return _hunt(command, directory, runs, against, say or _say)
+    except BaseException:
+        _remove_empty_folders(directory, keep=not made)
+        raise
+
+
+def _remove_empty_folders(directory: Path, keep: bool = False) -> None:
+    """Remove the folders under ``directory`` that hold nothing, and ``directory`` too when
+    empty unless ``keep`` (a run that was written, even in part, stays).
+
+    >>> import tempfile; root = Path(tempfile.mkdtemp())
+    >>> (root / "hunt" / "run1").mkdir(parents=True); (root / "hunt" / "run2").mkdir()
+    >>> (root / "hunt" / "run2" / "rank0.h5").write_bytes(b"x")
+    1
+    >>> _remove_empty_folders(root / "hunt"); sorted(p.name for p in (root / "hunt").iterdir())
+    ['run2']
+    """
+    for folder, _, _ in sorted(os.walk(directory), key=lambda entry: -len(entry[0])):
+        if keep and folder == str(directory):
+            continue
+        with suppress(OSError):
+            os.rmdir(folder)  # (only an empty one: rmdir refuses the others)
+
+
+def _hunt(command: list[str], directory: Path, runs: int, against: Path | None, say: Say) -> Hunt:
     result = Hunt(command, directory, against=against)
     recorded = [
         _record(command, RecordConfig(output=str(directory / f"run{i + 1}")), say)

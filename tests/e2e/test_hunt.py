@@ -104,3 +104,14 @@ def test_a_resumed_command_against_the_run_it_resumed_is_not_zoomed(
     assert code == 1 and report["report"]["first_divergence"]["step"] == 4
     assert report["zoom"] is None
     assert report["zoom_skipped"].startswith("run B resumes run A at step 4: the op-level zoom")
+
+
+def test_a_command_that_fails_leaves_no_empty_folder_behind(tmp_path: Path) -> None:
+    """What the failed hunt made and left empty goes; a folder the user made stays."""
+    command = ("--", sys.executable, "-c", "raise SystemExit(3)")
+    result = run_cli("hunt", "-o", str(tmp_path / "h"), *command)
+    assert result.returncode == 2 and "exit status 3" in result.stderr, result.stderr
+    assert not (tmp_path / "h").exists()
+    (tmp_path / "mine").mkdir()
+    result = run_cli("hunt", "-o", str(tmp_path / "mine"), *command)
+    assert result.returncode == 2 and list((tmp_path / "mine").iterdir()) == []
