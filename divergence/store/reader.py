@@ -95,7 +95,9 @@ class RunFile:
                 f"{path}: not a diverge run (no format marker)",
                 hint="pass a directory written by 'diverge record'",
             )
-        version = int(file.attrs.get("format_version", -1))
+        version = file.attrs.get("format_version", -1)
+        if not isinstance(version, int | np.integer):  # (text or a float: none diverge writes)
+            version = repr(version.item() if isinstance(version, np.generic) else version)
         if version != FORMAT_VERSION:
             raise IncompatibleVersionError(
                 f"{path}: written in run format version {version}, this diverge reads "
