@@ -62,6 +62,19 @@ def test_the_same_keywords_in_another_order_are_the_same_call(record: Recorder) 
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
 
 
+def test_a_dataloader_batch_dict_is_recorded_in_the_order_of_its_keys(record: Recorder) -> None:
+    """The DataLoader's batch records follow the sorted keys, each noted with its key, as the
+    model's inputs do: the same batches built in another key order are the same data."""
+    runs = [record(SCRIPT, "--loader"), record(SCRIPT, "--loader", "--reverse-keys")]
+    code, report = compare_json(*runs)
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+    run = RunFile.open(next(runs[1].glob("*.h5")))
+    rows = np.flatnonzero((run.records["kind"] == Kind.BATCH) & (run.records["step"] == 1))
+    notes = [run.strings[run.records["note"][i]] for i in rows[:3]]
+    assert notes == ["key=attention_mask", "key=features", "key=labels"]
+    assert {run.strings[run.records["name"][i]] for i in rows[:3]} == {"dataloader"}
+
+
 def test_a_keyword_argument_made_by_the_caller_is_not_taken_for_the_callees_origin(
     record: Recorder,
 ) -> None:

@@ -2,13 +2,13 @@
 attention bias by keyword, and the model returns a dict. Fully seeded (python, numpy, torch), Adam.
 
     python tests/example_scripts/keyword_inputs.py [--steps 4] [--out PATH]
-        [--flip-batch STEP] [--shift-bias STEP] [--reverse-keys]
+        [--flip-batch STEP] [--shift-bias STEP] [--reverse-keys] [--loader]
 
 ``--flip-batch`` flips the lowest bit of one feature of that step's batch (before the model
 sees it); ``--shift-bias`` changes one element of the attention bias that the model's own
 forward code builds at that step, before it passes the bias to the block by keyword;
 ``--reverse-keys`` builds each batch dict with its keys in reverse order (the model gets the
-same arguments).
+same arguments); ``--loader`` hands the batches out through a ``DataLoader``.
 """
 
 from __future__ import annotations
@@ -72,18 +72,22 @@ def main() -> None:
     p.add_argument("--flip-batch", type=int, default=-1)
     p.add_argument("--shift-bias", type=int, default=-1)
     p.add_argument("--reverse-keys", action="store_true")
+    p.add_argument("--loader", action="store_true")
     args = p.parse_args()
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
     model = Model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for step, batch in enumerate(batches(args.steps)):
+    data = batches(args.steps)
+    for step, batch in enumerate(data):
         if step == args.flip_batch:
             batch["features"].view(-1).view(torch.int32)[7] ^= 1
-        model.shift_bias = step == args.shift_bias
         if args.reverse_keys:
-            batch = dict(reversed(batch.items()))
+            data[step] = dict(reversed(batch.items()))
+    loader = torch.utils.data.DataLoader(data, batch_size=None) if args.loader else data
+    for step, batch in enumerate(loader):
+        model.shift_bias = step == args.shift_bias
         optimizer.zero_grad()
         model(**batch)["loss"].backward()
         optimizer.step()

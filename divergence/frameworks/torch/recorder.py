@@ -17,7 +17,7 @@ import functools
 import random
 import sys
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,7 +53,7 @@ from divergence.frameworks.torch.fingerprint import (
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
 from divergence.frameworks.torch.module_settings import loader_settings, module_settings
-from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts, tensors_of
+from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.labels import ClassLabels
@@ -409,12 +409,6 @@ class TorchRecorder(Instrumentation):
             return
         self.cache.put(param, fingerprint)
         self._add_param(phase, name, param, cached=True)
-
-    def _add_all(
-        self, phase: Phase, kind: Kind, name: str, tensors: Iterable[torch.Tensor], note: str = ""
-    ) -> None:
-        for slot, t in enumerate(tensors):
-            self._add(phase, kind, name, t, slot, True, note)
 
     def _add_keyed(
         self,
@@ -816,7 +810,8 @@ class TorchRecorder(Instrumentation):
             self._note_loader_seed(iterator)
             self._note_loader_settings(iterator)
         if s.begin_event() and s.wants("dataloader"):
-            self._add_all(Phase.DATA, Kind.BATCH, "dataloader", tensors_of(batch))
+            # (a dict batch in the order of its sorted keys, as a model's inputs are recorded)
+            self._add_keyed(Phase.DATA, Kind.BATCH, "dataloader", _call_tensors((batch,), {}))
 
     def _note_compile_settings(self, settings: dict[str, object]) -> None:
         """A ``torch.compile`` call's settings in the metadata (``compile``), compared as
