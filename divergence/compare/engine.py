@@ -16,7 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from divergence.compare.explain import WRITE_PHASES, explain_modes, explain_origin, written_when
+from divergence.compare.explain import (
+    WRITE_PHASES,
+    explain_modes,
+    explain_origin,
+    loader_facts,
+    written_when,
+)
 from divergence.compare.model import Comparison, Divergence, Probe, ProcessComparison, Propagation
 from divergence.compare.pairing import Pairing, pair_by_identity
 from divergence.errors import IncomparableRunsError
@@ -419,6 +425,7 @@ def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     if pa.kind == Kind.OP_OUTPUT.label:
         divergence.replay_call = replay_call(a, row)
     explain_origin(divergence, a, row)
+    divergence.facts.update(loader_facts(a.meta, b.meta))
     explain_modes(divergence, a, b, row)
     divergence.numeric = _numeric(a, b, row, pa)
     return divergence

@@ -502,19 +502,36 @@ def run_facts(meta: dict[str, object]) -> dict[str, str]:
         "framework": str(meta.get("framework", "")),
         "str_hash": "random" if hash_seed in ("", "random") else "fixed",
     }
-    seeds = meta.get("seeds")
-    calls = [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
+    calls = _seed_calls(meta)
     if facts["framework"] == "tensorflow":  # (keras.utils.set_random_seed calls it too)
         seeded = bool(TF_SEED_CALLS & set(calls)) or meta.get("tf_global_seed") is not None
         facts["global_seed"] = "set" if seeded else "unset"
-    if LOADER_SEED in calls:  # (the same in both runs when the generators fact is "matched")
-        facts["loader_seed"] = "seeded"
     config = meta.get("record_config")
     filtered = isinstance(config, dict) and bool(config.get("include") or config.get("exclude"))
     # (a hunt's zoom chose its globs from a divergence: no caveat)
     if filtered and isinstance(config, dict) and not config.get("zoom"):
         facts["filters"] = "globs"  # (compare refuses runs recorded with other globs)
     return facts
+
+
+def loader_facts(meta_a: dict[str, object], meta_b: dict[str, object]) -> dict[str, str]:
+    """``loader_seed``: ``seeded`` when both runs' DataLoaders drew their epoch seeds from
+    generators of their own, ``one run`` when only one did (the other shuffles with torch's
+    global generator); nothing when neither did.
+
+    >>> own = {"seeds": [{"call": LOADER_SEED, "seed": "7", "step": 0}]}
+    >>> loader_facts(own, own), loader_facts({}, own), loader_facts({}, {})
+    ({'loader_seed': 'seeded'}, {'loader_seed': 'one run'}, {})
+    """
+    own = [LOADER_SEED in _seed_calls(meta) for meta in (meta_a, meta_b)]
+    if not any(own):
+        return {}
+    return {"loader_seed": "seeded" if all(own) else "one run"}
+
+
+def _seed_calls(meta: dict[str, object]) -> list[object]:
+    seeds = meta.get("seeds")
+    return [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
 
 
 def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:

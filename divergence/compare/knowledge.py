@@ -91,7 +91,9 @@ class Cause:
     batches: tuple[str, ...] = ()  # a model's batch: "after_model" (another ran before it)
     generators: tuple[str, ...] = ()  # "matched": same seed calls, no generator state differed
     global_seeds: tuple[str, ...] = ()  # "unset": a TF run that never set TF's global seed
-    loader_seeds: tuple[str, ...] = ()  # "seeded": a DataLoader drew its epoch seeds (torch)
+    # "seeded": both runs' DataLoaders drew epoch seeds from their own generators (torch),
+    # "one run": only one run's did
+    loader_seeds: tuple[str, ...] = ()
     readings: tuple[str, ...] = ()  # the numeric reading of the dumps, "none" without them
     executions: tuple[str, ...] = ()  # "batched": a Keras step of several training steps
     forwards: tuple[str, ...] = ()  # "recomputed": a forward run again in the backward

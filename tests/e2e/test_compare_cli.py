@@ -335,7 +335,21 @@ def test_a_loader_generator_seeded_otherwise_shows_among_the_seeds(record: Recor
     assert (first["step"], first["kind"], first["location"]) == (0, "batch", "dataloader")
     seeds = next(e for e in report["environment_differences"] if e["key"] == "seeds")
     assert seeds["a"].startswith("DataLoader epoch base seed(") and seeds["a"] != seeds["b"]
-    assert first["cause"] == "seeds"
+    generator = next(e for e in report["environment_differences"] if "generator" in e["key"])
+    assert (generator["a"], generator["b"]) == ("own, initial seed 1", "own, initial seed 2")
+    assert first["cause"] == "seeds" and "was seeded with other values" in first["cause_text"]
+
+
+def test_a_loader_generator_in_one_run_only_is_named_so(record: Recorder) -> None:
+    """One run's DataLoader has a generator of its own, the other's shuffles with torch's
+    global one: said so, whichever run is A (not "seeded with other values")."""
+    own, shared = record("mlp.py"), record("mlp.py", env={"MLP_LOADER_SEED": "global"})
+    for a, b in ((own, shared), (shared, own)):
+        code, report = compare_json(a, b)
+        first = report["first_divergence"]
+        assert (code, first["step"], first["kind"]) == (1, 0, "batch")
+        assert first["cause"] == "seeds", first["cause_text"]
+        assert first["cause_text"].startswith("only one run's DataLoader shuffles with a generator")
 
 
 def test_thread_count_divergence_names_the_environment(record: Recorder) -> None:

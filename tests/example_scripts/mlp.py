@@ -21,7 +21,8 @@ Settings a config file would hold, read from the environment (so the command lin
   MLP_LR=X            the learning rate (default 0.1 for SGD, 1e-2 for Adam)
   MLP_CLIP=X          clip_grad_norm_(max_norm=X) between backward() and step()
   MLP_UNSEEDED_HOST=1 leave python's and numpy's generators unseeded (neither is drawn from)
-  MLP_LOADER_SEED=S   seed the DataLoader's generator with S (default: --seed)
+  MLP_LOADER_SEED=S   seed the DataLoader's generator with S (default: --seed); "global": no
+                      generator of its own (it shuffles with torch's global generator)
   MLP_KEEP_GRAD_AT=K  skip opt.zero_grad() at step K (its gradients add to step K-1's)
 """
 
@@ -159,11 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     model.block.flip_bit = args.flip_bit
     model.extra_op_step = args.extra_op_step
 
+    loader_seed = os.environ.get("MLP_LOADER_SEED", str(args.seed))
+    own = loader_seed != "global"
     loader = DataLoader(
         make_data(args.seed),
         batch_size=BATCH,
         shuffle=True,
-        generator=torch.Generator().manual_seed(int(os.environ.get("MLP_LOADER_SEED", args.seed))),
+        generator=torch.Generator().manual_seed(int(loader_seed)) if own else None,
         drop_last=True,
     )
     data = batches(loader)

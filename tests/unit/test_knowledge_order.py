@@ -112,6 +112,17 @@ def test_a_loader_generator_seeded_otherwise_is_named_as_the_loader_s() -> None:
     facts = {**TORCH, "loader_seed": "seeded"}
     found = match_cause("value", "batch", "dataloader", ["seeds"], "data", facts=facts)
     assert found is not None and "DataLoader(generator=torch.Generator().manual_seed" in found.fix
+    env = ["dataloaders.0.generator", "seeds"]
+    found = match_cause("value", "batch", "dataloader", env, "data", facts=facts)
+    assert found is not None and "was seeded with other values" in found.summary
+    # a loader generator in one run only, the other loader's settings alike: not "configuration"
+    facts = {**TORCH, "loader_seed": "one run"}
+    found = match_cause("value", "batch", "dataloader", env, "data", facts=facts)
+    assert found is not None and found.summary.startswith("only one run's DataLoader")
+    # another num_workers (the epoch seeds differ with it) stays a configuration difference
+    env = ["dataloaders.0.num_workers", "seeds"]
+    found = match_cause("value", "batch", "dataloader", env, "data", facts=facts)
+    assert found is not None and found.cause == "configuration"
     found = match_cause("value", "output", "fc", ["seeds"], "forward", facts=facts)
     assert found is not None and "DataLoader" not in found.fix
 

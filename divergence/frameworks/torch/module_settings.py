@@ -44,6 +44,11 @@ def loader_settings(iterator: object) -> dict[str, object]:
     >>> it = iter(DataLoader(list(range(8)), batch_size=4, shuffle=True))
     >>> loader_settings(it)["sampler"], loader_settings(it)["batch_size"]
     ('RandomSampler', 4)
+    >>> g = torch.Generator().manual_seed(5)
+    >>> loader_settings(iter(DataLoader([1, 2], shuffle=True, generator=g)))["generator"]
+    'own, initial seed 5'
+    >>> loader_settings(it)["generator"]  # (it shuffles with torch's global generator)
+    'global'
     """
     index_sampler = getattr(iterator, "_index_sampler", None)
     sampler = getattr(index_sampler, "sampler", index_sampler)
@@ -58,7 +63,19 @@ def loader_settings(iterator: object) -> dict[str, object]:
         "in_order": getattr(iterator, "_in_order", None),  # (with workers only)
         "worker_init_fn": getattr(init, "__qualname__", type(init).__name__) if init else None,
     }
+    generator = getattr(sampler, "generator", ...)
+    if generator is not ...:  # (a sampler that draws: which generator it draws from)
+        settings["generator"] = _generator_setting(generator)
     return {key: value for key, value in settings.items() if _plain(value)}
+
+
+def _generator_setting(generator: object) -> str:
+    """``global`` (torch's default generator) or ``own, initial seed S``: the seed a
+    ``generator=`` of the program's own was last seeded with (read, not drawn), which no
+    seeding call shows (``Generator.manual_seed`` cannot be wrapped)."""
+    if not isinstance(generator, torch.Generator):
+        return "global" if generator is None else type(generator).__name__
+    return f"own, initial seed {generator.initial_seed()}"
 
 
 def _plain(value: object) -> bool:
