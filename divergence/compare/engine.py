@@ -35,6 +35,7 @@ from divergence.store.schema import (
     KIND_VALUES,
     PHASE_VALUES,
     SAMPLE_WEIGHT,
+    WRITTEN_AT_EXIT,
     Kind,
     Phase,
     Status,
@@ -258,12 +259,16 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         first = ended
     elif structure_end < n:
         first = _structure_divergence(key, a, b, structure_end)
+    elif written := _written_at_exit(key, a, b, n):
+        first = written
     elif a.records.size != b.records.size or a.complete != b.complete:
         first = _length_divergence(key, a, b, n)
     propagation = None
     if first_value is not None or (first is not None and first.reason == "structure"):
         # (past a change of code path, the records are paired by what they are)
-        paired = pair_by_identity(a, b, structure_end, mapping) if structure_end < n else None
+        # (and past the records both hold, what only one run wrote as it ended)
+        past = structure_end < n or (first is not None and first.reason == "structure")
+        paired = pair_by_identity(a, b, structure_end, mapping) if past else None
         propagation = _propagation(a, b, structure_end, value_differs, paired)
     rng_names = {int(a.records["name"][i]) for i in np.flatnonzero(rng_differs)[:1000]}
     return ProcessComparison(
@@ -625,6 +630,13 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             f"optimizer step of step {probe.step} (clipping, unscaling, a p.grad edit) or set "
             "it without a backward; the other run did not"
         )
+    if probe.kind == Kind.PARAM.label and probe.note == WRITTEN_AT_EXIT:
+        return (
+            f"run {which}'s program wrote `{probe.name}` after its last optimizer step (step "
+            f"{probe.step}), seen as it ended (weights loaded back with load_state_dict(), an "
+            "EMA or SWA average copied in); the other run's did not, so the runs end with "
+            "other weights"
+        )
     if probe.kind == Kind.PARAM.label and probe.phase in WRITE_PHASES:
         return (
             f"run {which} wrote `{probe.name}` after its last record by other code than an "
@@ -644,6 +656,27 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             "other run did not"
         )
     return ""
+
+
+def _written_at_exit(key: str, a: RunFile, b: RunFile, n: int) -> Divergence | None:
+    """When every record both runs hold matches and the longer run goes on only with
+    parameters its program wrote after its last optimizer step (:data:`WRITTEN_AT_EXIT`):
+    the structure divergence that says so, not a run that ended early.
+
+    >>> # run B's program loads its best epoch's weights back after the loop: B's extra rows
+    """
+    longer, which = (a, "A") if a.records.size > b.records.size else (b, "B")
+    if longer.records.size <= n or longer.kinds[n] != Kind.PARAM:
+        return None
+    probe = probe_at(longer, n)
+    if probe.note != WRITTEN_AT_EXIT:
+        return None
+    pa, pb = (probe, None) if which == "A" else (None, probe)
+    divergence = Divergence(
+        "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
+    )
+    divergence.origin, divergence.origin_text = True, _only_in_one_run(probe, which)
+    return divergence
 
 
 def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:

@@ -30,6 +30,7 @@ from divergence.store.schema import (
     LOSS_INPUTS,
     TARGETS,
     UNINITIALISED,
+    WRITTEN_AT_EXIT,
     WRITTEN_BUFFER,
     WRITTEN_WHOLE,
     Kind,
@@ -144,6 +145,13 @@ def _explain_kind(
             "other code than an optimizer step wrote the parameter, the training code or a "
             "module's own forward (as `Embedding(max_norm=...)` does); every record before it "
             "matched"
+        )
+    elif kind == Kind.PARAM and _noted(run, row, WRITTEN_AT_EXIT):
+        divergence.origin = True
+        divergence.origin_text = (
+            f"after step {step}'s optimizer step, as the program ended: its own code wrote "
+            f"{_code(name)} (weights loaded back with load_state_dict(), an EMA or SWA average "
+            "copied in) with other values in the two runs; every record before it matched"
         )
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True

@@ -45,6 +45,7 @@ from divergence.store.schema import (
 from divergence.store.writer import Dump, RunFileWriter
 
 AUTO_FORWARD_LIMIT = 64
+MAX_FAILURE = 300  # characters of a failure reason kept (its first line)
 
 
 class Fingerprint(NamedTuple):
@@ -105,6 +106,9 @@ class Session:
         self.host_generators_at_end: dict[str, str] = {}
         self.failure = ""
         self.failure_step: int | None = None  # the step recording stopped in
+        # steps a framework saw the program take after recording stopped, which it no longer
+        # counts itself (TensorFlow's traced steps are counted by the probes in them)
+        self.steps_after_failure = 0
         self.uncaught = ""  # the exception that ended the process, if one did
         self._start_time = time.time()
         self._reset_buffer()
@@ -120,6 +124,7 @@ class Session:
         self._dumps: dict[int, tuple[np.ndarray, str]] = {}  # buffer row -> full copy
         self._open = False
         self._continuable = False  # the last event closed a step at an optimizer.step()
+        self._continued_at_exit = False  # (see :meth:`open_at_exit`)
         self._marks: list[int] = []  # auto mode: row index at each root forward
         self._forwards_in_step = 0
 
@@ -140,9 +145,11 @@ class Session:
         return self.step + max(len(self._marks) - 1, 0) if self.mode == "auto" else self.step
 
     def fail(self, reason: str) -> None:
-        """Stop recording after an internal error; the training itself goes on untouched."""
+        """Stop recording after an internal error; the training itself goes on untouched.
+        The reason is kept to its first line (TensorFlow's errors carry their traceback)."""
         if not self.failure:
-            self.failure = reason
+            lines = reason.strip().splitlines() or [""]
+            self.failure = lines[0][:MAX_FAILURE] + (" ..." if len(lines) > 1 else "")
             self.failure_step = self.current_step
             print(f"diverge: recording stopped at step {self.step}: {reason}", file=sys.stderr)
 
@@ -177,6 +184,25 @@ class Session:
             return self.recording
         every = self._every_step or self.mode == "auto"
         return not self.failure and (every or self.config.steps.contains(self.step - 1))
+
+    def open_at_exit(self) -> Callable[[], bool] | None:
+        """At exit, where records of what the program did after its last event go: the
+        function that opens them (appended to the step the last ``optimizer.step()`` closed,
+        when nothing was recorded since: :meth:`close_continued_step` writes them; else to the
+        step still open, which :meth:`finish` writes as it would have), or None when no step
+        is there to take them."""
+        if self._continuable:
+            self._continued_at_exit = True
+            return self.begin_optimizer_event
+        return self.begin_event if self._rows else None
+
+    def close_continued_step(self) -> None:
+        """Write the records :meth:`open_at_exit` appended to a closed step as another block
+        of it (a step still open is left to :meth:`finish`: it may be one an exception ended,
+        or forward calls of a run without an optimizer, each a step)."""
+        if self._continued_at_exit and self._rows:
+            self._close_step()
+        self._continued_at_exit = False
 
     def optimizer_stepped(self) -> None:
         """After an ``optimizer.step()``: the step is written now, so a kill right
@@ -395,7 +421,8 @@ class Session:
         if self._rows:
             self._close_step()
         if self.failure:  # (compare: did the program take steps the recorder missed?)
-            end["failure_step"], end["steps_taken"] = self.failure_step, self.step
+            end["failure_step"] = self.failure_step
+            end["steps_taken"] = self.step + self.steps_after_failure
         if self.uncaught:
             end["uncaught"] = self.uncaught
             if buffered:  # the step it raised in: its records so far are written

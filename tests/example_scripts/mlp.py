@@ -24,6 +24,7 @@ Settings a config file would hold, read from the environment (so the command lin
   MLP_LOADER_SEED=S   seed the DataLoader's generator with S (default: --seed); "global": no
                       generator of its own (it shuffles with torch's global generator)
   MLP_KEEP_GRAD_AT=K  skip opt.zero_grad() at step K (its gradients add to step K-1's)
+  MLP_RESTORE_STEP=K  after the loop, load back the weights step K left (restore-best-weights)
 """
 
 from __future__ import annotations
@@ -190,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         model.train()
         keep_grad_at = int(os.environ.get("MLP_KEEP_GRAD_AT", "-1"))
+        restore_step = int(os.environ.get("MLP_RESTORE_STEP", "-1"))
+        best: dict[str, torch.Tensor] = {}
         for step in range(args.steps):
             if step != keep_grad_at:
                 opt.zero_grad()
@@ -205,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"step {step}: killing myself with SIGKILL", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
             print(f"step {step} loss {loss.item() * args.accumulate:.8f}", flush=True)
+            if step == restore_step:
+                best = {k: v.clone() for k, v in model.state_dict().items()}
+        if best:
+            model.load_state_dict(best)
 
     if args.out:
         torch.save(model.state_dict(), args.out)

@@ -14,6 +14,7 @@ consume random numbers, so the recorded run computes the same bits as an unrecor
 from __future__ import annotations
 
 import functools
+import gc
 import random
 import sys
 import weakref
@@ -65,6 +66,7 @@ from divergence.store.schema import (
     BEFORE_HOOKS,
     BEFORE_PRE_HOOKS,
     EVAL_MODE,
+    WRITTEN_AT_EXIT,
     Kind,
     Phase,
     with_key,
@@ -105,6 +107,9 @@ class TorchRecorder(Instrumentation):
         # roots holding a lazy module's parameters still uninitialised: (root, name prefix, the
         # uninitialised parameters, which materialise in place)
         self.lazy_roots: list[LazyRoot] = []
+        # parameters a freed model held, written since their last record: by id, (name, their
+        # fingerprint when the model was freed), for the end of the recording
+        self.freed_writes: dict[int, tuple[str, Fingerprint]] = {}
         self.stack: list[str] = []
         self.cache = FingerprintCache()
         self.stepped_this_step: set[int] = set()
@@ -175,6 +180,12 @@ class TorchRecorder(Instrumentation):
         settle = self.guard(self.settle_compiled_steps)
         s.on_finish.append(settle)
         self.undo.append(lambda: s.on_finish.remove(settle))
+        written = self.guard(self.add_written_at_exit)  # (after settle: its steps come first)
+        s.on_finish.append(written)
+        self.undo.append(lambda: s.on_finish.remove(written))
+        # (a write a freed model's parameters took is its end state only if no step follows)
+        s.on_step_open.append(self.freed_writes.clear)
+        self.undo.append(lambda: s.on_step_open.remove(self.freed_writes.clear))
         updates = self.guard(self.add_updated_parameters)
         s.on_explicit_step.append(updates)
         self.undo.append(lambda: s.on_explicit_step.remove(updates))
@@ -263,6 +274,7 @@ class TorchRecorder(Instrumentation):
         label = type(root).__name__
         prefix = f"{label}#{number}." if number else ""
         self.roots.append((weakref.ref(root), number, prefix))
+        self._note_writes_when_freed(root)
         fresh = []
         for path, module in root.named_modules():
             if module not in self.module_names:
@@ -393,6 +405,7 @@ class TorchRecorder(Instrumentation):
         name: str,
         param: torch.Tensor,
         begin: Callable[[], bool] | None = None,
+        note: str = "",
     ) -> None:
         """The record of a parameter whose version counter moved since it was last recorded
         or stepped, unless its bits are those of its last record: a write that changed
@@ -408,7 +421,7 @@ class TorchRecorder(Instrumentation):
         if isinstance(last, int) and fingerprint.value == last:
             return
         self.cache.put(param, fingerprint)
-        self._add_param(phase, name, param, cached=True)
+        self._add_param(phase, name, param, cached=True, note=note)
 
     def _add_keyed(
         self,
@@ -513,11 +526,57 @@ class TorchRecorder(Instrumentation):
         step. Else a write in the last step would never be recorded: no model call follows."""
         if self.stepping or not self.session.recording:
             return
+        self._add_written_by_roots(self.session.begin_event)
+
+    def add_written_at_exit(self) -> None:
+        """As the process ends: the parameters the program wrote after its last optimizer
+        step (the best epoch's weights loaded back, an EMA or SWA average swapped in), in the
+        optimizer phase, noted so (:data:`WRITTEN_AT_EXIT`), appended to that step. No model
+        call follows such a write: two runs that end with other weights would compare
+        identical. (Written by the program's own code, inside --steps, not through ``.data``.)"""
+        begin = self.session.open_at_exit()
+        if self.stepping or begin is None:
+            return
+        # A model in a reference cycle is freed whenever the collector runs, which need not
+        # happen alike in two runs: collected now, its writes are seen in both.
+        gc.collect()
+        self._add_written_by_roots(begin, WRITTEN_AT_EXIT)
+        for name, fingerprint in self.freed_writes.values():
+            if begin():
+                s = self.session
+                s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)
+        self.session.close_continued_step()
+
+    def _note_writes_when_freed(self, root: torch.nn.Module) -> None:
+        """When ``root`` is freed, fingerprint its parameters written since their last record
+        (:attr:`freed_writes`): a ``main()`` that loads the best weights back and returns frees
+        its model before the process ends. The finalizer holds the parameter tables of the
+        root's modules (each lives as long as its module), never the root."""
+        tables = [module._parameters for module in root.modules()]
+        finalizer = weakref.finalize(root, self.guard(self._note_freed_writes), tables)
+        finalizer.atexit = False  # (at exit, :meth:`add_written_at_exit` looks at live roots)
+        self.undo.append(lambda: finalizer.detach() and None)
+
+    def _note_freed_writes(self, tables: list[dict[str, torch.Tensor | None]]) -> None:
+        """(Run by the garbage collector, at any point of the program: it only reads the
+        parameters and notes their fingerprints; recording them waits for the end.)"""
+        for table in tables:
+            for param in list(table.values()):
+                name = None if param is None else self.params.names.get(id(param))
+                if param is None or name is None or id(param) in self.freed_writes:
+                    continue
+                if self.params.moved(param) and self.session.wants(name):
+                    fingerprint = fingerprint_tensor(param)
+                    if fingerprint.value != self.params.prints.get(id(param)):
+                        self.freed_writes[id(param)] = (name, fingerprint)
+
+    def _add_written_by_roots(self, begin: Callable[[], bool], note: str = "") -> None:
+        """The written parameters (:meth:`_add_if_written`) of every model still alive."""
         for ref, _, _ in self.roots:
             root = ref()
             if root is not None:
                 for name, param in self.params.read_by(root):
-                    self._add_if_written(Phase.OPTIMIZER, name, param)
+                    self._add_if_written(Phase.OPTIMIZER, name, param, begin, note)
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         """Before the update: parameters written since their last record (a clamp or a manual
