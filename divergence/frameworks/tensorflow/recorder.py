@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from keras.src.backend.common.symbolic_scope import in_symbolic_scope
 from tensorflow.python.eager import backprop
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
@@ -221,7 +222,9 @@ class KerasRecorder(Instrumentation):
         (symbolic Keras graphs, tf.data functions: traced code that no step executes)."""
         if tf.executing_eagerly():
             return EAGER
-        return GRAPH if self.depth > 0 and not self.session.failure else None
+        if self.depth == 0 or self.session.failure or in_symbolic_scope():
+            return None  # (Keras builds a layer first called in a trace in a scratch graph)
+        return GRAPH
 
     def record(
         self,
@@ -624,6 +627,8 @@ class KerasRecorder(Instrumentation):
                 recorder.note(XLA_NOTE)
             if outer:
                 recorder.guard(recorder.session.begin_event)()
+                if recorder.session.failure:  # (no probe counts its steps any more: these do,
+                    recorder.session.steps_after_failure += 1  # evaluations too, at worst)
             recorder.depth += 1
             try:
                 return original(function, *args, **kwargs)
