@@ -66,8 +66,16 @@ def resolve_command(command: list[str]) -> list[str]:
     first = Path(command[0])
     if first.suffix == ".py" and first.is_file() and not os.access(first, os.X_OK):
         return [sys.executable, *command]
-    if shutil.which(command[0]) is None and not first.is_file():
-        raise RecordError(f"{command[0]}: command not found", hint="check the command after --")
+    if shutil.which(command[0]) is None:
+        if not first.is_file():
+            raise RecordError(f"{command[0]}: command not found", hint="check the command after --")
+        if os.sep not in command[0]:  # (a file here, not on PATH, where exec would look for it)
+            local = f".{os.sep}{command[0]}"
+            return (
+                [sys.executable, local, *command[1:]]
+                if first.suffix == ".py"
+                else [local, *command[1:]]
+            )
     return command
 
 
@@ -170,6 +178,7 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
     """Run ``command`` recorded into ``config.output``; returns the command's exit status."""
     command = resolve_command(command)
     output = Path(config.output or default_output_name(command)).resolve()
+    made = not output.exists()
     aside = prepare_output(output, force)
     config = replace(config, output=str(output))
     handshake = Path(tempfile.mkdtemp(prefix="diverge-"))
@@ -178,7 +187,14 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
         env = child_environment(config, handshake)
         say(f"recording {shortened_command(command)}")
         say(f"writing run to {output}/")
-        status = run_child(command, env, handshake)
+        try:
+            status = run_child(command, env, handshake)
+        except OSError as exc:  # (exec failed: not found on PATH, not executable, bad format)
+            raise RecordError(
+                f"{command[0]}: cannot run it ({exc.strerror or exc})",
+                hint="check the command after --: a script needs its interpreter "
+                "(python train.py) or a path and the executable bit (./run.sh)",
+            ) from exc
         filtered = bool(config.include or config.exclude)
         result = finish(output, handshake, status, command, str(config.steps), filtered)
         recorded = any(output.glob("*.h5"))
@@ -186,6 +202,9 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
     finally:
         shutil.rmtree(handshake, ignore_errors=True)
         settle_output(output, aside, recorded)
+        if made and not recorded:
+            with contextlib.suppress(OSError):
+                output.rmdir()  # (only an empty one: what it left is kept)
 
 
 def child_environment(config: RecordConfig, handshake: Path) -> dict[str, str]:

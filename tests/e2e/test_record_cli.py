@@ -465,3 +465,20 @@ def test_a_thread_count_set_during_training_is_noted_with_its_step(tmp_path: Pat
     differences = report["environment_differences"]
     (difference,) = [d for d in differences if d["key"] == "thread_calls"]
     assert difference["b"] == f"torch.set_num_threads({threads}) at step 1"
+
+
+def test_a_script_in_the_current_folder_runs_by_its_name(tmp_path: Path) -> None:
+    """``record -- train.py`` with an executable ``train.py`` here (not on PATH) runs it, as
+    a non-executable one does; a file that cannot be run gets one line, exit 2, and no folder."""
+    script = tmp_path / "train.py"
+    script.write_text((SCRIPTS / "mlp.py").read_text())
+    script.chmod(0o755)  # (its shebang-less text would not run by exec: it runs under Python)
+    result = run_cli("record", "-o", "run", "--", "train.py", "--steps", "2", cwd=tmp_path)
+    assert result.returncode == 0 and "recorded 2 steps" in result.stderr, result.stderr
+    (tmp_path / "job.sh").write_text("#!/bin/sh\nexit 0\n")  # (not executable)
+    result = run_cli("record", "-o", "shell", "--", "job.sh", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1].startswith(
+        "diverge: error: ./job.sh: cannot run it (Permission denied)"
+    )
+    assert not (tmp_path / "shell").exists()
