@@ -35,8 +35,8 @@ class Recorder:
 
     >>> Recorder("runs/a", steps="0:100", include="encoder.*").config.include
     ('encoder.*',)
-    >>> Recorder("runs/a", dump_steps="3").config.dump
-    True
+    >>> Recorder("runs/a", dump_steps="3").config.dump, Recorder("a", dump_include="fc").config.dump
+    (True, True)
     """
 
     def __init__(

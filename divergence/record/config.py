@@ -70,6 +70,10 @@ class RecordConfig:
     granularity: str = "module"
     zoom: bool = False  # made by diverge hunt: its globs are the zoom's, not the user's
 
+    def __post_init__(self) -> None:
+        if self.dump_include and not self.dump:  # (as --dump-steps does, it turns dumping on:
+            object.__setattr__(self, "dump", True)  # the metadata says so)
+
     def wants(self, name: str) -> bool:
         """Whether a probe name passes ``--include``/``--exclude`` (globs)."""
         if self.include and not any(fnmatchcase(name, g) for g in self.include):
