@@ -192,3 +192,29 @@ def test_replay_refuses_bad_options_in_one_line(record: Recorder) -> None:
         assert result.returncode == 2, (options, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and said in result.stderr
         assert json.loads(result.stdout)["status"] == "error"
+
+
+def test_replay_refuses_an_op_whose_output_is_uninitialised_memory(tmp_path: Path) -> None:
+    """``empty_like`` returns whatever the allocator hands out: its output was not compared
+    when recorded, and replaying it cannot prove anything (it is refused, not "VARIES")."""
+    import torch
+
+    import divergence
+    from divergence.errors import UsageError
+    from divergence.frameworks.torch.replay import replay
+    from divergence.store.run import Run
+    from divergence.store.schema import Kind
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    with divergence.Recorder(tmp_path / "run", granularity="op", dump=True):
+        torch.manual_seed(1)
+        model(torch.ones(8, 4)).sum().backward()
+    run = Run.open(tmp_path / "run").processes[0].load()
+    names = {run.strings[r["name"]] for r in run.records if r["kind"] == Kind.OP_OUTPUT}
+    op = next(n for n in names if "empty_like" in n)
+    try:
+        replay(tmp_path / "run", step=0, pattern=op, times=3)
+    except UsageError as error:
+        assert "its output was not compared when recorded (uninitialised memory" in str(error)
+    else:
+        raise AssertionError(f"{op} was replayed")

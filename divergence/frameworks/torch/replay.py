@@ -22,7 +22,7 @@ from divergence.errors import UsageError
 from divergence.frameworks.torch.calls import decode_call
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor
 from divergence.store.reader import RunFile
-from divergence.store.schema import WRITTEN_WHOLE, Kind, parse_shape
+from divergence.store.schema import WRITTEN_WHOLE, Kind, Status, parse_shape
 from divergence.wording import counted
 
 # aten ops that draw from a generator (in place or not, any overload)
@@ -158,6 +158,16 @@ def _replay(
         )
     tensors = [_input(file, row, device, pattern) for row in inputs]
     name = file.strings[file.records["name"][inputs[0]]]
+    # (an output of uninitialised memory, as empty_like returns, was not fingerprinted: its
+    # bits vary from call to call whatever the op, and say nothing of it)
+    compared = [i for i, row in enumerate(outputs) if file.records["status"][row] == Status.OK]
+    if not compared:
+        reason = file.strings[file.records["note"][outputs[0]]] if outputs else "no output"
+        raise UsageError(
+            f"{name} at step {step}: its output was not compared when recorded ({reason}); "
+            "replaying it would compare nothing",
+            hint="replay another op of the step (diverge show RUN --step S lists them)",
+        )
     result = Replay(
         name,
         step,
@@ -165,7 +175,7 @@ def _replay(
         times,
         device,
         torch.get_num_threads(),
-        [int(file.records["fp"][r]) for r in outputs],
+        [int(file.records["fp"][outputs[i]]) for i in compared],
     )
     # Every execution starts from one generator state, so that a random op (dropout's
     # bernoulli_) is judged on itself, not on the numbers drawn before it; the caller's state
@@ -177,7 +187,8 @@ def _replay(
             torch.set_rng_state(start[0])
             for d, state in zip(cuda, start[1], strict=True):
                 torch.cuda.set_rng_state(state, d)
-            result.outputs.append(_execute(note, tensors))
+            prints = _execute(note, tensors)
+            result.outputs.append(tuple(prints[i] for i in compared if i < len(prints)))
     return result
 
 
