@@ -32,6 +32,7 @@ from divergence.store.run import Process, Run
 from divergence.store.schema import (
     BARE_TENSOR,
     EDITED_IN_TRACE,
+    EVAL_NOTES,
     KIND_VALUES,
     PHASE_VALUES,
     SAMPLE_WEIGHT,
@@ -39,6 +40,7 @@ from divergence.store.schema import (
     Kind,
     Phase,
     Status,
+    note_parts,
     parse_shape,
 )
 from divergence.wording import KERAS_ON_TORCH, describe_status
@@ -553,6 +555,9 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
             )
             divergence.facts["region"] = "one_run"
             return divergence
+    evaluation = _evaluation_in_one_run(key, pa, pb)
+    if evaluation is not None:  # (before the records that come after an evaluation)
+        return evaluation
     for probe, which in ((pa, "A"), (pb, "B")):
         news = _only_in_one_run(probe, which)
         if news:  # one run did something the other did not: say what
@@ -565,6 +570,28 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     divergence.origin_text = _skipped_update(pa, pb) or (
         f"run A next recorded {pa.label} ({pa.phase}, step {pa.step}) where run B recorded "
         f"{pb.label} ({pb.phase}, step {pb.step}): the runs took different code paths"
+    )
+    return divergence
+
+
+def _evaluation_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
+    """Where one run's next record is a batch its model took for inference (an evaluation,
+    ``evaluate()`` between two ``fit()`` calls) and the other's is not: that run evaluated
+    here, the other did not (what the other records next says nothing)."""
+    evaluating = [
+        p.kind == Kind.BATCH.label and note_parts(p.note)[1] in EVAL_NOTES for p in (pa, pb)
+    ]
+    if evaluating[0] == evaluating[1]:
+        return None
+    (probe, which), (next_one, other) = ((pa, "A"), (pb, "B"))[:: 1 if evaluating[0] else -1]
+    divergence = Divergence(
+        "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
+    )
+    divergence.facts["batch"] = "evaluation_in_one_run"
+    divergence.origin_text = (
+        f"run {which} ran its model `{probe.name}` for inference here (in eval mode, or called "
+        f"with training=False: an evaluation or validation pass) where run {other} went on "
+        f"(its next record: {next_one.label}, {next_one.phase})"
     )
     return divergence
 

@@ -1,5 +1,7 @@
 """Two fits of one model; ``LOAD_INITIAL=1`` loads the weights saved before the first fit in
-between (as restoring a checkpoint does): the second fit starts from other weights."""
+between (as restoring a checkpoint does): the second fit starts from other weights.
+``EVALUATE=1`` evaluates the model between the fits; ``RECOMPILE=1`` compiles it again with a
+new optimizer before the second fit (as fine-tuning does)."""
 
 import os
 import tempfile
@@ -20,4 +22,8 @@ model.save_weights(saved)
 model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
 if os.environ.get("LOAD_INITIAL") == "1":
     model.load_weights(saved)
+if os.environ.get("EVALUATE") == "1":
+    model.evaluate(x, y, batch_size=16, verbose=0)
+if os.environ.get("RECOMPILE") == "1":
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
 model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)

@@ -90,6 +90,21 @@ def test_weights_loaded_between_two_fits_are_named_there(keras_cli: Any, tmp_pat
     assert first["cause"] == "parameters" and "between two fit() calls" in first["cause_text"]
 
 
+def test_an_evaluation_between_two_fits_in_one_run_only_is_named(
+    keras_cli: Any, tmp_path: Path
+) -> None:
+    """evaluate() before a second fit with a new optimizer, in run B only: B's evaluation
+    batch stands where A records its new optimizer's state; the evaluation is named, not a
+    checkpoint's optimizer state."""
+    envs = ({"RECOMPILE": "1"}, {"RECOMPILE": "1", "EVALUATE": "1"})
+    code, report = keras_cli.compare_pair(tmp_path, TWO_FITS, envs=envs)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["reason"], first["kind"], first["step"]) == ("structure", "batch", 2)
+    assert first["origin_text"].startswith("run B ran its model `sequential` for inference here")
+    assert first["cause"] == "structure" and "evaluation" in first["cause_text"]
+
+
 LOSS_SCALE = SCRIPT.with_name("keras_loss_scale.py")
 
 
