@@ -558,6 +558,11 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     evaluation = _evaluation_in_one_run(key, pa, pb)
     if evaluation is not None:  # (before the records that come after an evaluation)
         return evaluation
+    optimizers = _other_optimizers(pa, pb)
+    if optimizers:
+        divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, 0, pa, pb)
+        divergence.origin_text = optimizers
+        return divergence
     for probe, which in ((pa, "A"), (pb, "B")):
         news = _only_in_one_run(probe, which)
         if news:  # one run did something the other did not: say what
@@ -594,6 +599,28 @@ def _evaluation_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
         f"(its next record: {next_one.label}, {next_one.phase})"
     )
     return divergence
+
+
+def _other_optimizers(pa: Probe, pb: Probe) -> str:
+    """Optimizer state records at one place named by other optimizer classes (states are
+    named ``<class>.<variable>``): the runs' optimizers differ, or one is wrapped. "" else.
+
+    >>> from dataclasses import replace
+    >>> a = Probe(9, 0, "init", "optim_state", "SGD.iteration", 0, "int64", (), 7)
+    >>> _other_optimizers(a, replace(a, name="LossScaleOptimizer.iteration"))[:40]
+    "run A's optimizer is `SGD`, run B's `Los"
+    """
+    state = Kind.OPTIM_STATE.label
+    if pa.kind != state or pb.kind != state or pa.phase != pb.phase:
+        return ""
+    label_a, label_b = (p.name.split(".")[0].split("/")[0] for p in (pa, pb))
+    if label_a == label_b or "." not in pa.name or "." not in pb.name:
+        return ""
+    return (
+        f"run A's optimizer is `{label_a}`, run B's `{label_b}` (their states are named by "
+        "class): another optimizer, or one wrapped in another (Keras mixed precision wraps it "
+        "in a LossScaleOptimizer)"
+    )
 
 
 def _region_entered_at(run: RunFile, row: int) -> Probe | None:

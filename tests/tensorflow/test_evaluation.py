@@ -106,6 +106,7 @@ def test_an_evaluation_between_two_fits_in_one_run_only_is_named(
 
 
 LOSS_SCALE = SCRIPT.with_name("keras_loss_scale.py")
+MIXED_PRECISION = SCRIPT.with_name("keras_mixed_precision.py")
 
 
 def test_a_loss_scale_optimizer_keeps_one_step_a_batch_and_names_its_scale(
@@ -133,3 +134,19 @@ def test_a_loss_scale_optimizer_keeps_one_step_a_batch_and_names_its_scale(
     assert digest and digest == [
         line for line in recorded.stdout.splitlines() if line.startswith("WEIGHTS")
     ]
+
+
+def test_mixed_precision_in_one_run_only_names_the_wrapped_optimizer(
+    keras_cli: Any, tmp_path: Path
+) -> None:
+    """Both runs' optimizers hold state at the first fit, named by class (SGD, and the
+    LossScaleOptimizer mixed precision wraps it in): the optimizers are named, not one run's
+    state taken for a checkpoint's; the dtype policy is the cause."""
+    envs = (None, {"MIXED": "1"})
+    code, report = keras_cli.compare_pair(tmp_path, MIXED_PRECISION, envs=envs)
+    first = report["first_divergence"]
+    assert code == 1 and (first["reason"], first["kind"]) == ("structure", "optim_state")
+    assert first["origin_text"].startswith(
+        "run A's optimizer is `SGD`, run B's `LossScaleOptimizer`"
+    ), first["origin_text"]
+    assert first["cause"] == "configuration" and "dtype policies" in first["cause_text"]
