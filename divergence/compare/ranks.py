@@ -405,8 +405,10 @@ def place_ranks(comparison: Comparison) -> None:
     ]
     earliest_local = min((d.sort_key for d in local), default=None)
     origins = [d.process for d in local if d.sort_key == earliest_local]
+    # (a rank whose file cannot be read may hold the local origin no readable rank shows)
+    unread = [p.process for p in comparison.processes if p.first and p.first.unreadable]
     for p in comparison.processes:
-        p.role, p.role_text = _role(p, earliest_local, origins)
+        p.role, p.role_text = _role(p, earliest_local, origins, unread)
         comparison.ranks.setdefault(p.role, []).append(p.process)
     comparison.picture = [
         _picture_line(comparison, role) for role in ROLES if role in comparison.ranks
@@ -418,7 +420,10 @@ def _received(d: Divergence) -> bool:
 
 
 def _role(
-    p: ProcessComparison, earliest_local: tuple[int, int] | None, origins: list[str]
+    p: ProcessComparison,
+    earliest_local: tuple[int, int] | None,
+    origins: list[str],
+    unread: list[str],
 ) -> tuple[str, str]:
     d = p.first
     if d is None:
@@ -439,6 +444,18 @@ def _role(
             f"difference through `{d.location}`. Fix: look at {origins[0]}'s divergence"
         )
         return FOLLOWED, f"{where} (received from {', '.join(origins)})"
+    if unread:
+        d.origin, d.cause = None, "propagated"
+        d.origin_text = (
+            f"in the communication of `{d.location}`, or on {', '.join(unread)}, whose file "
+            "cannot be read: this rank's inputs matched, the reduced result differs"
+        )
+        d.cause_text = (
+            f"the readable ranks' inputs to `{d.location}` matched; {', '.join(unread)} "
+            "cannot be read, and its inputs may be where the difference started. Fix: record "
+            "the run again to read every rank"
+        )
+        return FIRST, where
     d.origin = True
     d.origin_text = (
         f"in the communication of `{d.location}`: every rank's inputs matched, the reduced "

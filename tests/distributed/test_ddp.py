@@ -191,6 +191,22 @@ def test_local_divergence_on_rank1_is_followed_by_rank0(runs: dict[str, Path]) -
     assert "  followed: rank0 (step 2, communication: collective out of ddp.bucket0" in text
 
 
+def test_a_damaged_rank_leaves_the_origin_open(runs: dict[str, Path], tmp_path: Path) -> None:
+    """rank1 diverged first, and its file in run B cannot be read: rank0's differing
+    all-reduce result is not called communication (rank1's inputs were never read)."""
+    broken = tmp_path / "broken"
+    shutil.copytree(runs["flip"], broken)
+    with (broken / "rank1.h5").open("r+b") as file:
+        file.write(b"\0" * 8)  # (the HDF5 signature)
+    code, report = compare_json(runs["a"], broken)
+    first = report["first_divergence"]
+    assert code == 1 and (first["rank"], first["kind"]) == ("rank0", "collective_out")
+    assert (
+        first["origin"] is None and "or on rank1, whose file cannot be read" in first["origin_text"]
+    )
+    assert first["cause"] != "communication"
+
+
 def test_ranks_seeing_different_data_is_classified_as_data(runs: dict[str, Path]) -> None:
     code, report = compare_json(runs["data1"], runs["data2"])
     first = report["first_divergence"]
