@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from divergence.compare.model import EnvDifference
@@ -84,7 +85,8 @@ def _known(key: str, a: Any, b: Any) -> bool:
 
 
 def _seed_calls(difference: EnvDifference) -> EnvDifference:
-    """Only the seeding (or state-restoring) calls that differ, written as calls.
+    """The seeding (or state-restoring) calls that only one run made, written as calls
+    (matched as sequences: a call one run adds does not shift the others).
 
     >>> a = [{"call": "random.seed", "seed": "0", "step": 0}]
     >>> _seed_calls(EnvDifference("seeds", a, [{**a[0], "seed": "7"}]))
@@ -96,20 +98,29 @@ def _seed_calls(difference: EnvDifference) -> EnvDifference:
     >>> restore = {"call": "torch.set_rng_state", "state": "6f87d17475ee6122", "step": 0}
     >>> _seed_calls(EnvDifference("rng_restores", [restore], None)).a
     'torch.set_rng_state(a state 6f87d17475ee6122) at step 0'
+    >>> seed = {"call": "torch.manual_seed", "seed": "0"}
+    >>> _seed_calls(EnvDifference("seeds", [seed], [{"call": "random.seed", "seed": "1"}, seed]))
+    EnvDifference(key='seeds', a='no other call', b='random.seed(1)')
     """
     a, b = difference.a or [], difference.b or []
     if not isinstance(a, list) or not isinstance(b, list):
         return difference
-    shown_a, shown_b = [], []
-    for index in range(max(len(a), len(b))):
-        call_a = _seed_call(a[index]) if index < len(a) else "no call"
-        call_b = _seed_call(b[index]) if index < len(b) else "no call"
-        if call_a != call_b:
-            shown_a.append(call_a)
-            shown_b.append(call_b)
-    if not shown_a:  # they differ in something a call does not show: keep it all
+    calls_a, calls_b = [_seed_call(c) for c in a], [_seed_call(c) for c in b]
+    if calls_a == calls_b:  # they differ in something a call does not show: keep it all
         return difference
-    return EnvDifference(difference.key, _some(shown_a), _some(shown_b))
+    shown_a, shown_b = [], []
+    matcher = difflib.SequenceMatcher(a=calls_a, b=calls_b, autojunk=False)
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag != "equal":
+            shown_a += calls_a[a0:a1]
+            shown_b += calls_b[b0:b1]
+    return EnvDifference(difference.key, _only(shown_a, calls_a), _only(shown_b, calls_b))
+
+
+def _only(shown: list[str], calls: list[str]) -> str:
+    """A run's calls the other did not make; "no other call" where it made only calls the
+    other made too ("no call" would read as never seeded)."""
+    return _some(shown) if shown or not calls else "no other call"
 
 
 def _seed_call(call: Any) -> str:
@@ -130,10 +141,10 @@ def _some(calls: list[str], limit: int = 2) -> str:
 
     >>> _some(["random.seed(0)", "numpy.random.seed(0)", "torch.manual_seed(0)"])
     'random.seed(0); numpy.random.seed(0) (+1 more)'
-    >>> _some(["no call"] * 3)
+    >>> _some([])
     'no call'
     """
-    if set(calls) == {"no call"}:
+    if not calls:
         return "no call"
     more = f" (+{len(calls) - limit} more)" if len(calls) > limit else ""
     return "; ".join(calls[:limit]) + more
