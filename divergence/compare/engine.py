@@ -431,7 +431,7 @@ def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     divergence.occurrence = occurrence(a, row)
     if pa.kind == Kind.OP_OUTPUT.label:
         divergence.replay_call = replay_call(a, row)
-    explain_origin(divergence, a, row)
+    explain_origin(divergence, a, row, b)
     divergence.facts.update(loader_facts(a.meta, b.meta))
     explain_modes(divergence, a, b, row)
     divergence.numeric = _numeric(a, b, row, pa)

@@ -39,7 +39,12 @@ from divergence.store.schema import (
 )
 
 
-def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
+def explain_origin(
+    divergence: Divergence, run: RunFile, row: int, other: RunFile | None = None
+) -> None:
+    """Where the first difference, record ``row`` of ``run``, arose. ``other``: the other
+    run, whose records up to ``row`` line up with these (hooks one run's modules have are
+    named whichever run is A)."""
     records = run.records
     kind, step = Kind(records["kind"][row]), divergence.step
     same_step = np.arange(step_bounds(records, row)[0], row)
@@ -50,7 +55,7 @@ def explain_origin(divergence: Divergence, run: RunFile, row: int) -> None:
         divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
     if _recomputes(run, np.append(same_step, row)):
         divergence.facts["forward"] = "recomputed"
-    _explain_kind(divergence, run, row, same_step, previous)
+    _explain_kind(divergence, run, row, same_step, previous, other)
     _explain_batched_step(divergence, run.meta, kind)
     weights_read = kind == Kind.OUTPUT or (
         kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label
@@ -96,7 +101,12 @@ KERAS_UNSEEN_WRITES = (
 
 
 def _explain_kind(
-    divergence: Divergence, run: RunFile, row: int, same_step: np.ndarray, previous: str
+    divergence: Divergence,
+    run: RunFile,
+    row: int,
+    same_step: np.ndarray,
+    previous: str,
+    other: RunFile | None = None,
 ) -> None:
     """The origin, by the kind of the first differing record (``previous``: the record
     before it in its step, described)."""
@@ -106,9 +116,9 @@ def _explain_kind(
         explain_op(divergence, run, row)
     elif kind in (Kind.OUTPUT, Kind.INPUT):
         if kind == Kind.OUTPUT:
-            _explain_output(divergence, run, row, same_step, previous)
+            _explain_output(divergence, run, row, same_step, previous, other)
         else:
-            _explain_input(divergence, run, row, same_step)
+            _explain_input(divergence, run, row, same_step, other)
         if records["phase"][row] == Phase.BACKWARD:  # only a recomputed forward has these
             divergence.origin_text += (
                 ", in a forward recomputed during the backward (activation checkpointing)"
@@ -122,7 +132,7 @@ def _explain_kind(
             ),
         )
         grads = [int(i) for i in same_step if run.records["kind"][i] == Kind.GRAD_OUTPUT]
-        divergence.origin_text += _hooks_after(run, grads[-1]) if grads else ""
+        divergence.origin_text += _hooks_after(run, grads[-1], other) if grads else ""
     elif kind == Kind.PARAM_GRAD and divergence.phase == Phase.OPTIMIZER.label:
         _explain_edited_gradient(divergence, run, same_step)
     elif kind == Kind.HYPERPARAM:
@@ -172,7 +182,7 @@ def _explain_kind(
     elif kind == Kind.LOSS:
         divergence.origin = _has_kind(run, same_step, Kind.OUTPUT) or None
         divergence.origin_text = f"in the loss computation after {previous}"
-        hooks = _hooks_after(run, int(same_step[-1])) if same_step.size else ""
+        hooks = _hooks_after(run, int(same_step[-1]), other) if same_step.size else ""
         if hooks:  # that output was recorded before the model's own forward hooks ran
             divergence.origin = None
             divergence.origin_text += hooks
@@ -363,7 +373,12 @@ def settings_difference(divergence: Divergence) -> str:
 
 
 def _explain_output(
-    divergence: Divergence, run: RunFile, row: int, same_step: np.ndarray, previous: str
+    divergence: Divergence,
+    run: RunFile,
+    row: int,
+    same_step: np.ndarray,
+    previous: str,
+    other: RunFile | None = None,
 ) -> None:
     records, name = run.records, divergence.location
     name_id = records["name"][row]
@@ -398,8 +413,8 @@ def _explain_output(
         )
     else:
         divergence.origin_text = f"inside {_code(name)}'s forward: its inputs matched"
-    noted = [i for i in call_inputs if _noted(run, i, BEFORE_PRE_HOOKS)]
-    divergence.origin_text += _hooks_after(run, noted[0]) if noted else ""
+    noted = [i for i in call_inputs if _noted_in_either(run, other, i, BEFORE_PRE_HOOKS)]
+    divergence.origin_text += _hooks_after(run, noted[0], other) if noted else ""
 
 
 def _last_call(inputs: list[int]) -> list[int]:
@@ -414,7 +429,13 @@ def _last_call(inputs: list[int]) -> list[int]:
     return inputs[start:]
 
 
-def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np.ndarray) -> None:
+def _explain_input(
+    divergence: Divergence,
+    run: RunFile,
+    row: int,
+    same_step: np.ndarray,
+    other: RunFile | None = None,
+) -> None:
     """A module input that differs while every record before it matched was made by its
     caller's own code: no recorded module returned it. Say which caller, after what."""
     records, name = run.records, divergence.location
@@ -441,7 +462,7 @@ def _explain_input(divergence: Divergence, run: RunFile, row: int, same_step: np
     divergence.origin_text = (
         f"in {where}, after {previous} and before it called {_code(name)}{call}"
     )
-    divergence.origin_text += _hooks_after(run, int(before[-1])) if before.size else ""
+    divergence.origin_text += _hooks_after(run, int(before[-1]), other) if before.size else ""
 
 
 def _caller(run: RunFile, name: str, before: np.ndarray) -> str:
@@ -763,22 +784,27 @@ def _noted(run: RunFile, row: int, note: str) -> bool:
     return note_parts(run.strings[run.records["note"][row]])[1] == note
 
 
-def _hooks_after(run: RunFile, row: int) -> str:
+def _noted_in_either(run: RunFile, other: RunFile | None, row: int, note: str) -> bool:
+    """Whether record ``row`` is noted ``note`` in ``run`` or in the ``other`` run."""
+    return _noted(run, row, note) or (other is not None and _noted(other, row, note))
+
+
+def _hooks_after(run: RunFile, row: int, other: RunFile | None = None) -> str:
     """When record ``row`` was taken before hooks of its module's own ran (an output before
-    its forward hooks, an input before its pre-hooks), the words that name them as a place
-    the difference after it can come from; else ""."""
+    its forward hooks, an input before its pre-hooks), in either run, the words that name
+    them as a place the difference after it can come from; else ""."""
     owner = _code(run.strings[run.records["name"][row]])
-    if _noted(run, row, BEFORE_HOOKS):
+    if _noted_in_either(run, other, row, BEFORE_HOOKS):
         return (
             f", or in a forward hook of {owner} (it has some: its output is recorded before they "
             "run)"
         )
-    if _noted(run, row, BEFORE_PRE_HOOKS):
+    if _noted_in_either(run, other, row, BEFORE_PRE_HOOKS):
         return (
             f", or in a forward pre-hook of {owner} (it has some: its inputs are recorded before "
             "they run)"
         )
-    if _noted(run, row, BEFORE_BACKWARD_HOOKS):
+    if _noted_in_either(run, other, row, BEFORE_BACKWARD_HOOKS):
         return (
             f", or in a backward hook of {owner} (it has some: the gradient into its output is "
             "recorded before they run)"

@@ -558,6 +558,15 @@ def test_a_difference_made_in_a_module_s_own_hook_names_the_hook(
         assert first["origin"] is None
 
 
+def test_hooks_in_one_run_only_are_named_whichever_run_is_a(record: Recorder) -> None:
+    hooked, plain = record("user_hooks.py"), record("user_hooks.py", "--no-hooks")
+    for a, b in ((hooked, plain), (plain, hooked)):
+        code, report = compare_json(a, b)
+        first = report["first_divergence"]
+        assert (code, first["step"], first["kind"], first["location"]) == (1, 0, "input", "0")
+        assert "or in a forward pre-hook of `Sequential`" in first["origin_text"]
+
+
 def test_runs_with_hooks_of_a_module_s_own_repeat_and_show_the_note(record: Recorder) -> None:
     plain = record("user_hooks.py")
     assert compare_json(plain, record("user_hooks.py", tag="again"))[0] == 0
