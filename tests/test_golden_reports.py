@@ -60,6 +60,26 @@ def test_the_readme_shows_the_threads_report_as_compare_renders_it() -> None:
     assert block == golden_file("threads").read_text()
 
 
+@pytest.mark.parametrize("width", [40, 48, 60])
+def test_a_narrow_environment_table_breaks_keys_at_separators(
+    width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    text = render_text(compare_runs(*pair_paths("threads")), width=width)
+    table = text.split("Environment differences\n", 1)[1].split("\n\n", 1)[0]
+    whole = ("env.OMP_NUM_THREADS", "threads.torch.get_num_threads")
+    keys, current = [], ""
+    for line in table.splitlines()[1:]:
+        part = line[2:].split("  ")[0]
+        current += part
+        if current in whole:
+            keys.append(current)
+            current = ""
+        else:  # (a key is broken after a separator only)
+            assert part.endswith((".", "_")), table
+    assert keys == list(whole), table
+
+
 if __name__ == "__main__":  # regenerate the golden files
     import os
 

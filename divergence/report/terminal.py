@@ -48,7 +48,7 @@ class ComparisonReport:
             yield Padding(Text(f"note: {note}", style="yellow"), (0, 0, 0, 2))
         if c.environment:
             yield section("Environment differences")
-            yield environment_table(c)
+            yield EnvironmentTable(c)
         first = c.first
         if first is not None:
             yield section(f"First divergence ({first.process})")
@@ -129,17 +129,32 @@ def section(title: str) -> Text:
 SETTING_WIDTH = 40  # the environment table's first column at most
 
 
-def environment_table(c: Comparison) -> Table:
-    table = Table(box=None, padding=(0, 2), show_edge=False, header_style="dim")
-    table.add_column("setting", overflow="fold", max_width=SETTING_WIDTH)
-    table.add_column("run A", overflow="fold", max_width=VALUE_WIDTH)
-    table.add_column("run B", overflow="fold", max_width=VALUE_WIDTH)
-    for e in c.environment[:20]:  # (Text, not markup: a value may hold "[a]")
-        values = [Text(fold_long_words(display_value(v), VALUE_WIDTH)) for v in (e.a, e.b)]
-        table.add_row(Text(fold_at_separators(e.key, SETTING_WIDTH)), *values)
-    if len(c.environment) > 20:
-        table.add_row(f"... {len(c.environment) - 20} more (see --json)", "", "")
-    return table
+@dataclass
+class EnvironmentTable:
+    """The environment differences: setting, run A, run B. Each column's width is set here
+    from the room there is, and keys and values are broken to it at their separators (rich
+    would shrink a column and cut ``threads.torch.get_num_threads`` inside a word)."""
+
+    comparison: Comparison
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        c = self.comparison
+        shown = c.environment[:20]
+        values = [[display_value(v) for v in (e.a, e.b)] for e in shown]
+        room = options.max_width - 12  # (12: two columns on each side of each of 3 cells)
+        longest = max((len(value) for row in values for value in row), default=0)
+        value_width = max(min(VALUE_WIDTH, max(longest, len("run A")), (room - 8) // 2), 4)
+        key_width = max(min(SETTING_WIDTH, room - 2 * value_width), 4)
+        table = Table(box=None, padding=(0, 2), show_edge=False, header_style="dim")
+        table.add_column("setting", overflow="fold", max_width=key_width)
+        table.add_column("run A", overflow="fold", max_width=value_width)
+        table.add_column("run B", overflow="fold", max_width=value_width)
+        for e, row in zip(shown, values, strict=True):  # (Text, not markup: "[a]" in a value)
+            folded = [Text(fold_long_words(v, value_width)) for v in row]
+            table.add_row(Text(fold_at_separators(e.key, key_width)), *folded)
+        if len(c.environment) > 20:
+            table.add_row(f"... {len(c.environment) - 20} more (see --json)", "", "")
+        yield table
 
 
 def indented(lines: list[str]) -> Padding:
