@@ -192,6 +192,10 @@ def test_replay_refuses_bad_options_in_one_line(record: Recorder) -> None:
         assert result.returncode == 2, (options, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and said in result.stderr
         assert json.loads(result.stdout)["status"] == "error"
+    # an op name that matches no call: the hint names ops that were (the nearest first)
+    result = run_cli("replay", str(run), "--step", "0", "--op", "block.fc/aten.addmm")
+    assert result.returncode == 2
+    assert f"(hint: ops recorded with their inputs there include '{ADDMM}'" in result.stderr
 
 
 def test_replay_refuses_an_op_whose_output_is_uninitialised_memory(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ divergence comes from configuration or environment (threads, ISA, library, switc
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,6 +202,15 @@ def _execute(note: str, tensors: list[torch.Tensor]) -> tuple[int, ...]:
     return tuple(int(v) for v in prints)  # type: ignore[call-overload]
 
 
+def _ops_called(file: RunFile, step: int) -> list[str]:
+    """The names of the ops whose calls at ``step`` have recorded inputs, in call order."""
+    records = file.records
+    rows = np.flatnonzero(
+        (records["step"] == step) & (file.kinds == Kind.OP_INPUT) & (records["slot"] == 0)
+    )
+    return list(dict.fromkeys(file.strings[records["name"][r]] for r in rows))
+
+
 def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[int], list[int]]:
     """The op_input rows and op_output rows of the ``call``-th matching op call."""
     rows = matching_rows(file, step, pattern)
@@ -223,9 +233,13 @@ def _call_rows(file: RunFile, step: int, pattern: str, call: int) -> tuple[list[
             f"--steps {step}:{step + 1} -- COMMAND, or diverge hunt, which does",
         )
     if not calls:
+        known = _ops_called(file, step)
+        near = difflib.get_close_matches(pattern, known, n=3, cutoff=0.0) if known else []
         raise UsageError(
             f"no op call matching {pattern!r} with recorded inputs at step {step}",
-            hint="give an op record name, e.g. 'block.fc/aten.addmm.default'",
+            hint=f"ops recorded with their inputs there include {', '.join(map(repr, near))}"
+            if near
+            else "give an op record name, e.g. 'block.fc/aten.addmm.default'",
         )
     if call >= len(calls):
         raise UsageError(
