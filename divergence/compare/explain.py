@@ -865,6 +865,7 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> tuple[
     text += f" Fix: {cause.fix}"
     if cause.holds_for:
         text += f" [holds for {cause.holds_for}]"
+    divergence.facts["explained"] = "environment" if env_evidence else "no"
     for hint in matching_hints(*conditions, facts=divergence.facts):
         text += f". Also: {hint}"
     return cause.cause, text

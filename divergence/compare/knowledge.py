@@ -53,6 +53,7 @@ LIST_FIELDS = (
     "modes",
     "resumes",
     "ends",
+    "explained",
 )
 COMPUTE_KINDS = (
     "output",
@@ -103,6 +104,8 @@ class Cause:
     modes: tuple[str, ...] = ()  # "differ": a model in eval mode in one run, training in the other
     resumes: tuple[str, ...] = ()  # "continued": one run resumed the other from a checkpoint
     ends: tuple[str, ...] = ()  # "cleanly": the shorter run of a length divergence exited 0
+    # (hints) "environment": the reported cause names differing settings as its evidence
+    explained: tuple[str, ...] = ()
     holds_for: str = ""
 
     def applies(
@@ -141,6 +144,7 @@ class Cause:
             and _holds(self.modes, facts.get("modes", ""))
             and _holds(self.resumes, facts.get("resume", ""))
             and _holds(self.ends, facts.get("ended", ""))
+            and _holds(self.explained, facts.get("explained", "no"))
         )
 
 

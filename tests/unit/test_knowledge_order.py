@@ -215,6 +215,12 @@ def test_a_loss_that_differs_under_random_str_hashes_gets_the_hash_seed_hint() -
     assert "labels mapped through a set of strings" in hint and "PYTHONHASHSEED=0" in hint
     fixed = {**facts, "str_hash": "fixed"}
     assert matching_hints("value", "loss", "loss", [], "backward", facts=fixed) == []
+    # a cause that names differing settings as its evidence needs no second suspect
+    explained = {**facts, "explained": "environment"}
+    assert matching_hints("value", "loss", "loss", [], "backward", facts=explained) == []
+    batch = ("value", "batch", "Net", [], "data")
+    assert len(matching_hints(*batch, facts=facts)) == 1
+    assert matching_hints(*batch, facts=explained) == []
 
 
 def test_a_thread_count_set_during_training_names_the_thread_cause() -> None:
