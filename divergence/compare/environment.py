@@ -39,7 +39,10 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
         keys = [k for k in keys if not _newer_setting(k, fa, fb)]
     pairs = ((k, _normal(fa.get(k), k), _normal(fb.get(k), k)) for k in keys)
     differences = [EnvDifference(k, a, b) for k, a, b in pairs if a != b and _known(k, a, b)]
-    return [_seed_calls(d) if d.key in CALL_LISTS else d for d in differences]
+    return [
+        _seed_calls(d) if d.key in CALL_LISTS else _seed_calls(d, "note") if d.key == "notes" else d
+        for d in differences
+    ]
 
 
 def _compared(key: str) -> bool:
@@ -84,9 +87,10 @@ def _known(key: str, a: Any, b: Any) -> bool:
     return key != "script_digest" or bool(a and b)
 
 
-def _seed_calls(difference: EnvDifference) -> EnvDifference:
+def _seed_calls(difference: EnvDifference, noun: str = "call") -> EnvDifference:
     """The seeding (or state-restoring) calls that only one run made, written as calls
-    (matched as sequences: a call one run adds does not shift the others).
+    (matched as sequences: a call one run adds does not shift the others); with ``noun``
+    "note", the recorder's notes one run has (each is long: a note both have is left out).
 
     >>> a = [{"call": "random.seed", "seed": "0", "step": 0}]
     >>> _seed_calls(EnvDifference("seeds", a, [{**a[0], "seed": "7"}]))
@@ -101,6 +105,9 @@ def _seed_calls(difference: EnvDifference) -> EnvDifference:
     >>> seed = {"call": "torch.manual_seed", "seed": "0"}
     >>> _seed_calls(EnvDifference("seeds", [seed], [{"call": "random.seed", "seed": "1"}, seed]))
     EnvDifference(key='seeds', a='no other call', b='random.seed(1)')
+    >>> notes = EnvDifference("notes", ["XLA: ...", "grappler: ..."], ["grappler: ..."])
+    >>> _seed_calls(notes, "note")
+    EnvDifference(key='notes', a='XLA: ...', b='no other note')
     """
     a, b = difference.a or [], difference.b or []
     if not isinstance(a, list) or not isinstance(b, list):
@@ -114,13 +121,18 @@ def _seed_calls(difference: EnvDifference) -> EnvDifference:
         if tag != "equal":
             shown_a += calls_a[a0:a1]
             shown_b += calls_b[b0:b1]
-    return EnvDifference(difference.key, _only(shown_a, calls_a), _only(shown_b, calls_b))
+    only_a, only_b = (
+        _only(shown, calls, noun) for shown, calls in ((shown_a, calls_a), (shown_b, calls_b))
+    )
+    return EnvDifference(difference.key, only_a, only_b)
 
 
-def _only(shown: list[str], calls: list[str]) -> str:
+def _only(shown: list[str], calls: list[str], noun: str) -> str:
     """A run's calls the other did not make; "no other call" where it made only calls the
     other made too ("no call" would read as never seeded)."""
-    return _some(shown) if shown or not calls else "no other call"
+    if not calls:
+        return f"no {noun}"
+    return _some(shown) if shown else f"no other {noun}"
 
 
 def _seed_call(call: Any) -> str:
