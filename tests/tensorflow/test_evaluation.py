@@ -150,3 +150,14 @@ def test_mixed_precision_in_one_run_only_names_the_wrapped_optimizer(
         "run A's optimizer is `SGD`, run B's `LossScaleOptimizer`"
     ), first["origin_text"]
     assert first["cause"] == "configuration" and "dtype policies" in first["cause_text"]
+
+
+def test_fit_called_with_another_shuffle_is_named(keras_cli: Any, tmp_path: Path) -> None:
+    """fit(shuffle=True) in one run, shuffle=False in the other: the argument is recorded
+    (metadata keras_fit) and named, not taken for a tf.data shuffle seeded otherwise."""
+    code, report = keras_cli.compare_pair(tmp_path, TWO_FITS, envs=(None, {"SHUFFLE": "1"}))
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["phase"]) == (0, "data"), first
+    shuffle = [e for e in report["environment_differences"] if e["key"] == "keras_fit.0.shuffle"]
+    assert shuffle and (shuffle[0]["a"], shuffle[0]["b"]) == (False, True)
+    assert first["cause"] == "data" and "another shuffle=" in first["cause_text"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import sys
 import weakref
 from collections.abc import Callable
@@ -84,6 +85,16 @@ from divergence.store.schema import (
 )
 
 EAGER, GRAPH = "eager", "graph"
+# fit() arguments that order, batch or count the data (metadata keras_fit)
+FIT_SETTINGS = (
+    "batch_size",
+    "epochs",
+    "shuffle",
+    "initial_epoch",
+    "steps_per_epoch",
+    "validation_split",
+    "validation_freq",
+)
 XLA_NOTE = (
     "XLA (jit_compile=True): the fingerprint probes are compiled into the XLA cluster, which may "
     "fuse differently than without them (the tests found equal final weights for the sample "
@@ -141,6 +152,7 @@ class KerasRecorder(Instrumentation):
         self.returned: dict[str, int] = {}
         self.layer_calls = 0
         self.fit_models: list[weakref.ref[Any]] = []  # models whose fit() ran
+        self.fit_settings: list[dict[str, Any]] = []  # the distinct fit() arguments seen
         self.optimizers_held: weakref.WeakSet[Any] = weakref.WeakSet()  # state recorded at fit
         self.compiled_as: dict[str, str] = {}  # model name -> the compile settings last recorded
         # id(model) -> its variables' fingerprints as its last fit() ended
@@ -207,6 +219,8 @@ class KerasRecorder(Instrumentation):
 
     def _metadata(self) -> dict[str, Any]:
         meta = tf_metadata(self.notes)
+        if self.fit_settings:
+            meta["keras_fit"] = {str(i): s for i, s in enumerate(self.fit_settings)}
         if self.steps_per_execution > 1:
             meta["steps_per_execution"] = self.steps_per_execution
         return meta
@@ -675,6 +689,7 @@ class KerasRecorder(Instrumentation):
 
         @functools.wraps(original)
         def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+            recorder.guard(recorder.note_fit_settings)(original, model, args, kwargs)
             recorder.guard(recorder.before_fit)(model)
             result = original(model, *args, **kwargs)
             recorder.guard(recorder.after_fit)(model)
@@ -704,6 +719,23 @@ class KerasRecorder(Instrumentation):
             keys, tensors = keyed_tensors_of(values.get(key))
             if tensors:
                 self.record(mode, Phase.DATA, Kind.BATCH, name, tensors, keys=keys)
+
+    def note_fit_settings(
+        self, fit: Callable[..., Any], model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """The ``fit()`` arguments that order, batch or count the training's data (metadata
+        ``keras_fit``, compared as environment): ``shuffle=False`` in one run changes every
+        batch, and no seed shows it."""
+        bound = inspect.signature(fit).bind(model, *args, **kwargs)
+        bound.apply_defaults()
+        settings = {key: bound.arguments.get(key) for key in FIT_SETTINGS}
+        plain = {
+            k: v
+            for k, v in settings.items()
+            if v is None or isinstance(v, bool | int | float | str)
+        }
+        if plain not in self.fit_settings:
+            self.fit_settings.append(plain)
 
     def before_fit(self, model: Any) -> None:
         if not any(ref() is model for ref in self.fit_models):
