@@ -14,7 +14,6 @@ consume random numbers, so the recorded run computes the same bits as an unrecor
 from __future__ import annotations
 
 import functools
-import gc
 import random
 import sys
 import weakref
@@ -110,6 +109,9 @@ class TorchRecorder(Instrumentation):
         # parameters a freed model held, written since their last record: by id, (name, their
         # fingerprint when the model was freed), for the end of the recording
         self.freed_writes: dict[int, tuple[str, Fingerprint]] = {}
+        # the parameters the optimizers of the last step that had optimizer steps updated, by
+        # id: the ones whose later writes are the training's end state
+        self.last_stepped: set[int] = set()
         self.stack: list[str] = []
         self.cache = FingerprintCache()
         self.stepped_this_step: set[int] = set()
@@ -183,9 +185,6 @@ class TorchRecorder(Instrumentation):
         written = self.guard(self.add_written_at_exit)  # (after settle: its steps come first)
         s.on_finish.append(written)
         self.undo.append(lambda: s.on_finish.remove(written))
-        # (a write a freed model's parameters took is its end state only if no step follows)
-        s.on_step_open.append(self.freed_writes.clear)
-        self.undo.append(lambda: s.on_step_open.remove(self.freed_writes.clear))
         updates = self.guard(self.add_updated_parameters)
         s.on_explicit_step.append(updates)
         self.undo.append(lambda: s.on_explicit_step.remove(updates))
@@ -405,7 +404,6 @@ class TorchRecorder(Instrumentation):
         name: str,
         param: torch.Tensor,
         begin: Callable[[], bool] | None = None,
-        note: str = "",
     ) -> None:
         """The record of a parameter whose version counter moved since it was last recorded
         or stepped, unless its bits are those of its last record: a write that changed
@@ -421,7 +419,7 @@ class TorchRecorder(Instrumentation):
         if isinstance(last, int) and fingerprint.value == last:
             return
         self.cache.put(param, fingerprint)
-        self._add_param(phase, name, param, cached=True, note=note)
+        self._add_param(phase, name, param, cached=True)
 
     def _add_keyed(
         self,
@@ -526,7 +524,11 @@ class TorchRecorder(Instrumentation):
         step. Else a write in the last step would never be recorded: no model call follows."""
         if self.stepping or not self.session.recording:
             return
-        self._add_written_by_roots(self.session.begin_event)
+        for ref, _, _ in self.roots:
+            root = ref()
+            if root is not None:
+                for name, param in self.params.read_by(root):
+                    self._add_if_written(Phase.OPTIMIZER, name, param)
 
     def add_written_at_exit(self) -> None:
         """As the process ends: the parameters the program wrote after its last optimizer
@@ -534,18 +536,24 @@ class TorchRecorder(Instrumentation):
         optimizer phase, noted so (:data:`WRITTEN_AT_EXIT`), appended to that step. No model
         call follows such a write: two runs that end with other weights would compare
         identical. (Written by the program's own code, inside --steps, not through ``.data``.)"""
-        begin = self.session.open_at_exit()
+        s = self.session
+        begin = s.open_at_exit()
         if self.stepping or begin is None:
             return
-        # A model in a reference cycle is freed whenever the collector runs, which need not
-        # happen alike in two runs: collected now, its writes are seen in both.
-        gc.collect()
-        self._add_written_by_roots(begin, WRITTEN_AT_EXIT)
-        for name, fingerprint in self.freed_writes.values():
+        written = dict(self.freed_writes)
+        for ref, _, _ in self.roots:
+            root = ref()
+            for name, param in self.params.read_by(root) if root is not None else ():
+                if id(param) not in written:
+                    fingerprint = self._written_since_stepped(name, param)
+                    if fingerprint is not None:
+                        written[id(param)] = (name, fingerprint)
+        # (by name: a model in a reference cycle is freed whenever the collector runs, before
+        # the end in one run and not in the other, and is then seen by the other path)
+        for name, fingerprint in sorted(written.values(), key=lambda entry: entry[0]):
             if begin():
-                s = self.session
                 s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)
-        self.session.close_continued_step()
+        s.close_continued_step()
 
     def _note_writes_when_freed(self, root: torch.nn.Module) -> None:
         """When ``root`` is freed, fingerprint its parameters written since their last record
@@ -565,18 +573,20 @@ class TorchRecorder(Instrumentation):
                 name = None if param is None else self.params.names.get(id(param))
                 if param is None or name is None or id(param) in self.freed_writes:
                     continue
-                if self.params.moved(param) and self.session.wants(name):
-                    fingerprint = fingerprint_tensor(param)
-                    if fingerprint.value != self.params.prints.get(id(param)):
-                        self.freed_writes[id(param)] = (name, fingerprint)
+                fingerprint = self._written_since_stepped(name, param)
+                if fingerprint is not None:
+                    self.freed_writes[id(param)] = (name, fingerprint)
 
-    def _add_written_by_roots(self, begin: Callable[[], bool], note: str = "") -> None:
-        """The written parameters (:meth:`_add_if_written`) of every model still alive."""
-        for ref, _, _ in self.roots:
-            root = ref()
-            if root is not None:
-                for name, param in self.params.read_by(root):
-                    self._add_if_written(Phase.OPTIMIZER, name, param, begin, note)
+    def _written_since_stepped(self, name: str, param: torch.Tensor) -> Fingerprint | None:
+        """The fingerprint of a parameter the last step's optimizers updated and the program
+        wrote since, with other bits than its last record's; else None (a model of a sweep
+        trained before the last one is not the training's end state)."""
+        if id(param) not in self.last_stepped or not self.params.moved(param):
+            return None
+        if not self.session.wants(name):
+            return None
+        fingerprint = fingerprint_tensor(param)
+        return None if fingerprint.value == self.params.prints.get(id(param)) else fingerprint
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         """Before the update: parameters written since their last record (a clamp or a manual
@@ -739,6 +749,9 @@ class TorchRecorder(Instrumentation):
         self.optimizer_steps += 1
         self._leave_step(optimizer)
         self.params.stepped(optimizer)  # (also outside --steps: a step is not a write)
+        if not self.stepped_this_step:  # (the step's first optimizer: a new last step)
+            self.last_stepped = set()
+        self.last_stepped.update(id(p) for group in optimizer.param_groups for p in group["params"])
         if s.begin_optimizer_event():
             state = optimizer.state
             label = self.optimizer_labels.of(optimizer)
