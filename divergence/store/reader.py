@@ -115,8 +115,13 @@ class RunFile:
             raise CorruptRunError(
                 f"{path}: records name strings that are missing", hint=HINT_CORRUPT
             )
-        meta = json.loads(file.attrs.get("meta", "{}"))
-        end = json.loads(file.attrs["end"]) if "end" in file.attrs else None
+        try:
+            meta = json.loads(file.attrs.get("meta", "{}"))
+            end = json.loads(file.attrs["end"]) if "end" in file.attrs else None
+        except json.JSONDecodeError as exc:
+            raise CorruptRunError(
+                f"{path}: damaged metadata (not JSON: {exc.msg})", hint=HINT_CORRUPT
+            ) from exc
         if not isinstance(meta, dict) or not isinstance(end, dict | None):
             raise CorruptRunError(
                 f"{path}: damaged metadata (not a JSON object)", hint=HINT_CORRUPT

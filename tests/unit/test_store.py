@@ -472,8 +472,9 @@ def test_bad_meta_json_is_corrupt(tmp_path: Path) -> None:
     write_run(path)
     with h5py.File(path, "r+") as f:
         f.attrs["meta"] = "{not json"
-    with pytest.raises(CorruptRunError):
+    with pytest.raises(CorruptRunError) as info:
         RunFile.open(path)
+    assert str(info.value).startswith(f"{path}: damaged metadata (not JSON: Expecting property")
 
 
 @pytest.mark.parametrize("fraction", [0.5, 0.1, 0.9])
