@@ -27,7 +27,11 @@ from divergence.errors import ExitCode, UsageError
 )
 @click.option("--runs", type=int, default=2, show_default=True, help="Hash-only runs to make.")
 @click.option("--against", type=click.Path(), default=None, help="Compare with this reference run.")
-@click.option("--force", is_flag=True, help="Reuse an existing, non-empty output folder.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Reuse an existing, non-empty output folder (an earlier hunt's runs there are removed).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (diverge.hunt/1).")
 @width_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)

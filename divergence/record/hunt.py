@@ -14,6 +14,8 @@ Framework-free: it drives ``diverge record`` (subprocesses) and ``compare``.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -25,7 +27,7 @@ from divergence.compare.explain import parent_module
 from divergence.compare.model import Comparison, Divergence
 from divergence.errors import IncomparableRunsError, IncompleteRecordingError, RecordError
 from divergence.record.config import RecordConfig, StepRange
-from divergence.record.launcher import record, resolve_command
+from divergence.record.launcher import is_run_file, record, resolve_command
 from divergence.record.rng import RNG_STATE_GLOBS
 
 # Divergences the op-level zoom cannot refine: they arise before any op of the step runs.
@@ -140,11 +142,24 @@ def hunt(
     if against is not None:
         check_reference(against)
     made = not directory.exists()
+    if not made:  # (reused with --force: an earlier hunt's runs would read as this one's)
+        _remove_earlier_runs(directory)
     try:
         return _hunt(command, directory, runs, against, say or _say)
     except BaseException:
         _remove_empty_folders(directory, keep=not made)
         raise
+
+
+def _remove_earlier_runs(directory: Path) -> None:
+    """Remove the runs an earlier hunt left in ``directory`` (``run1``..., ``zoom1``,
+    ``zoom2``): folders holding run files only; anything else is left alone."""
+    for folder in sorted(directory.iterdir()):
+        name = folder.name
+        if not (folder.is_dir() and re.fullmatch(r"(run|zoom)\d+", name)):
+            continue
+        if all(is_run_file(path) for path in folder.iterdir()):
+            shutil.rmtree(folder)
 
 
 def _remove_empty_folders(directory: Path, keep: bool = False) -> None:

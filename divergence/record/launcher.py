@@ -90,7 +90,7 @@ def prepare_output(path: Path, force: bool) -> Path | None:
     if path.exists() and any(path.iterdir()):
         if not force:
             raise RecordError(f"{path}: already exists", hint="choose another -o or pass --force")
-        foreign = next((p for p in sorted(path.iterdir()) if not _is_run_file(p)), None)
+        foreign = next((p for p in sorted(path.iterdir()) if not is_run_file(p)), None)
         if foreign is not None:
             raise RecordError(
                 f"{path}: holds {foreign.name}, not a diverge run file; not overwriting it",
@@ -114,7 +114,7 @@ def settle_output(path: Path, aside: Path | None, recorded: bool) -> None:
     aside.rename(path)
 
 
-def _is_run_file(path: Path) -> bool:
+def is_run_file(path: Path) -> bool:
     """Whether ``path`` is a file a recording wrote: HDF5 with the run marker."""
     if not path.is_file() or path.suffix != ".h5":
         return False

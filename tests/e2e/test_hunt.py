@@ -115,3 +115,15 @@ def test_a_command_that_fails_leaves_no_empty_folder_behind(tmp_path: Path) -> N
     (tmp_path / "mine").mkdir()
     result = run_cli("hunt", "-o", str(tmp_path / "mine"), *command)
     assert result.returncode == 2 and list((tmp_path / "mine").iterdir()) == []
+
+
+def test_a_reused_folder_loses_the_earlier_hunts_runs_only(tmp_path: Path) -> None:
+    """--force on an earlier hunt's folder: its runs go (a run3 beside the new run1 and run2
+    would read as this hunt's), a file of the user's stays."""
+    command = ("--", sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "2")
+    out = tmp_path / "h"
+    assert run_cli("hunt", "-o", str(out), "--runs", "3", *command).returncode == 0
+    (out / "notes.txt").write_text("mine")
+    result = run_cli("hunt", "-o", str(out), "--force", "--runs", "2", *command)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "run1", "run2"]
