@@ -34,6 +34,7 @@ import tensorflow as tf
 from keras.src.backend.common.symbolic_scope import in_symbolic_scope
 from tensorflow.python.eager import backprop
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
+from tensorflow.python.ops import stateful_random_ops
 
 from divergence.fingerprint import Algorithm, header_seed
 from divergence.frameworks.adapter import Instrumentation
@@ -157,12 +158,17 @@ class KerasRecorder(Instrumentation):
         self.compiled_as: dict[str, str] = {}  # model name -> the compile settings last recorded
         # id(model) -> its variables' fingerprints as its last fit() ended
         self.fit_end_prints: dict[int, dict[int, tuple[str, int]]] = {}
+        # the program's own tf.random.Generator objects, in the order they were made (named
+        # tf.random.Generator, tf.random.Generator#1, ...): their states are rng records
+        self.generators: list[tuple[weakref.ref[Any], str]] = []
+        self.generators_made = 0  # (names never repeat)
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
         self.patch(polymorphic_function.Function, "__call__", self._wrap_function_call)
         self.patch(backprop.GradientTape, "gradient", self._wrap_gradient)
         self.patch(tf.random, "set_seed", self._wrap_set_seed)
+        self.patch(stateful_random_ops.Generator, "__init__", self._wrap_generator_init)
         for module, patch in (
             ("keras.src.layers.layer", self._patch_layer),
             ("keras.src.optimizers.base_optimizer", self._patch_optimizer),
@@ -855,10 +861,35 @@ class KerasRecorder(Instrumentation):
         self.tapes_this_step = 0
         for name, fingerprint in self.host_generators.fingerprints():
             session.add(Phase.RNG, Kind.RNG_STATE, name, fingerprint)
-        for name, state in [*framework_generators(), *self._uncalled_seed_generators()]:
+        shared = getattr(stateful_random_ops, "global_generator", None)  # (recorded by its name)
+        own = [
+            (name, g.state) for ref, name in self.generators if (g := ref()) not in (None, shared)
+        ]
+        found = [*framework_generators(), *own, *self._uncalled_seed_generators()]
+        for name, state in found:
             with tf.init_scope():
                 value = tf.convert_to_tensor(raw_variable(state))
             session.add(Phase.RNG, Kind.RNG_STATE, name, self.eager_fingerprint(value))
+
+    def _wrap_generator_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A ``tf.random.Generator`` the program makes (``from_seed``, ``from_non_deterministic_
+        state``) is remembered, weakly: its state is recorded at every step start, so another
+        seed shows as generator evidence, not as a difference in the data it made. TF's global
+        generator is recorded by its own name."""
+        recorder = self
+
+        @functools.wraps(original)
+        def __init__(generator: Any, *args: Any, **kwargs: Any) -> None:
+            original(generator, *args, **kwargs)
+            recorder.guard(recorder._note_generator)(generator)
+
+        return __init__
+
+    def _note_generator(self, generator: Any) -> None:
+        self.generators = [(ref, name) for ref, name in self.generators if ref() is not None]
+        count, self.generators_made = self.generators_made, self.generators_made + 1
+        name = "tf.random.Generator" + (f"#{count}" if count else "")
+        self.generators.append((weakref.ref(generator), name))
 
     def _uncalled_seed_generators(self) -> list[tuple[str, Any]]:
         """(name, state) of the ``SeedGenerator``s of a model whose ``fit()`` ran but that is
