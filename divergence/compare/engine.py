@@ -613,8 +613,10 @@ def _other_optimizers(pa: Probe, pb: Probe) -> str:
     state = Kind.OPTIM_STATE.label
     if pa.kind != state or pb.kind != state or pa.phase != pb.phase:
         return ""
-    label_a, label_b = (p.name.split(".")[0].split("/")[0] for p in (pa, pb))
-    if label_a == label_b or "." not in pa.name or "." not in pb.name:
+    if any("/" in p.name or "." not in p.name for p in (pa, pb)):
+        return ""  # (a state of one parameter, ``fc.weight/exp_avg``: no optimizer's own)
+    label_a, label_b = (p.name.split(".")[0] for p in (pa, pb))
+    if label_a == label_b:
         return ""
     return (
         f"run A's optimizer is `{label_a}`, run B's `{label_b}` (their states are named by "
