@@ -588,7 +588,7 @@ def _evaluation_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
     ]
     if evaluating[0] == evaluating[1]:
         return None
-    (probe, which), (next_one, other) = ((pa, "A"), (pb, "B"))[:: 1 if evaluating[0] else -1]
+    probe, which, next_one, other = (pa, "A", pb, "B") if evaluating[0] else (pb, "B", pa, "A")
     divergence = Divergence(
         "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
     )

@@ -6,6 +6,8 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Recorder, compare_json, run_cli
 
 DUMPED = ("--granularity", "op", "--steps", "0:1", "--dump", "--include", "block*")
@@ -158,17 +160,9 @@ def test_show_of_a_step_the_run_does_not_hold_names_its_steps(record: Recorder) 
 def test_replay_of_a_random_op_says_it_cannot_reproduce_the_draw(tmp_path: Path) -> None:
     import torch
 
-    import divergence
     from divergence.frameworks.torch.replay import replay
-    from divergence.store.run import Run
-    from divergence.store.schema import Kind
 
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
-    with divergence.Recorder(tmp_path / "run", granularity="op", dump=True):
-        torch.manual_seed(1)
-        model(torch.ones(8, 4)).sum().backward()
-    run = Run.open(tmp_path / "run").processes[0].load()
-    names = {run.strings[r["name"]] for r in run.records if r["kind"] == Kind.OP_OUTPUT}
+    names = _dropout_op_outputs(tmp_path / "run")
     op = next(n for n in names if "bernoulli" in n or "dropout" in n)
     torch.manual_seed(12345)  # another generator state than the recording's
     result = replay(tmp_path / "run", step=0, pattern=op, times=2)
@@ -201,24 +195,28 @@ def test_replay_refuses_bad_options_in_one_line(record: Recorder) -> None:
 def test_replay_refuses_an_op_whose_output_is_uninitialised_memory(tmp_path: Path) -> None:
     """``empty_like`` returns whatever the allocator hands out: its output was not compared
     when recorded, and replaying it cannot prove anything (it is refused, not "VARIES")."""
+
+    from divergence.errors import UsageError
+    from divergence.frameworks.torch.replay import replay
+
+    names = _dropout_op_outputs(tmp_path / "run")
+    op = next(n for n in names if "empty_like" in n)
+    with pytest.raises(UsageError, match=r"its output was not compared when recorded \(uninit"):
+        replay(tmp_path / "run", step=0, pattern=op, times=3)
+
+
+def _dropout_op_outputs(run: Path) -> set[str]:
+    """Record a Linear and a Dropout at op level with dumps into ``run`` (one step); the
+    names of its op outputs."""
     import torch
 
     import divergence
-    from divergence.errors import UsageError
-    from divergence.frameworks.torch.replay import replay
     from divergence.store.run import Run
     from divergence.store.schema import Kind
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
-    with divergence.Recorder(tmp_path / "run", granularity="op", dump=True):
+    with divergence.Recorder(run, granularity="op", dump=True):
         torch.manual_seed(1)
         model(torch.ones(8, 4)).sum().backward()
-    run = Run.open(tmp_path / "run").processes[0].load()
-    names = {run.strings[r["name"]] for r in run.records if r["kind"] == Kind.OP_OUTPUT}
-    op = next(n for n in names if "empty_like" in n)
-    try:
-        replay(tmp_path / "run", step=0, pattern=op, times=3)
-    except UsageError as error:
-        assert "its output was not compared when recorded (uninitialised memory" in str(error)
-    else:
-        raise AssertionError(f"{op} was replayed")
+    file = Run.open(run).processes[0].load()
+    return {file.strings[r["name"]] for r in file.records if r["kind"] == Kind.OP_OUTPUT}
