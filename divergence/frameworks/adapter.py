@@ -90,6 +90,16 @@ class Instrumentation:
             s.resolvers[kind] = resolve
             self.undo.append(lambda: s.resolvers.__delitem__(kind))
 
+    def listen(self, callbacks: list[Callable[..., Any]], callback: Callable[..., Any]) -> None:
+        """Add ``callback`` to one of the session's lists (``on_finish``...) until
+        :meth:`remove`, guarded: a recorder bug there stops the recording, not the program.
+
+        >>> # self.listen(session.on_finish, self.add_written_at_exit)
+        """
+        guarded = self.guard(callback)
+        callbacks.append(guarded)
+        self.undo.append(lambda: callbacks.remove(guarded))
+
     def guarded_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None after stopping the recording if the recorder failed."""
         return self.guard(fn)(*args)

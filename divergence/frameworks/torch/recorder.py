@@ -179,15 +179,9 @@ class TorchRecorder(Instrumentation):
         self.undo.append(lambda: s.on_step_open.remove(self.stepped_this_step.clear))
         self.undo.append(distributed.install(s))  # collectives, DDP buckets, rank metadata
         scaler.install(self)  # GradScaler's state, and the steps it skips
-        settle = self.guard(self.settle_compiled_steps)
-        s.on_finish.append(settle)
-        self.undo.append(lambda: s.on_finish.remove(settle))
-        written = self.guard(self.add_written_at_exit)  # (after settle: its steps come first)
-        s.on_finish.append(written)
-        self.undo.append(lambda: s.on_finish.remove(written))
-        updates = self.guard(self.add_updated_parameters)
-        s.on_explicit_step.append(updates)
-        self.undo.append(lambda: s.on_explicit_step.remove(updates))
+        self.listen(s.on_finish, self.settle_compiled_steps)
+        self.listen(s.on_finish, self.add_written_at_exit)  # (after settle: its steps first)
+        self.listen(s.on_explicit_step, self.add_updated_parameters)
         return self.remove
 
     def eager_guard(self, hook: Callable[..., Any]) -> Callable[..., Any]:
