@@ -43,7 +43,7 @@ from divergence.store.schema import (
     note_parts,
     parse_shape,
 )
-from divergence.wording import KERAS_ON_TORCH, describe_status
+from divergence.wording import KERAS_ON_TORCH, WRITES_AFTER_TRAINING, describe_status
 
 
 def compare_runs(
@@ -556,7 +556,9 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
             divergence.facts["region"] = "one_run"
             return divergence
     evaluation = _evaluation_in_one_run(key, pa, pb)
-    if evaluation is not None:  # (before the records that come after an evaluation)
+    # (before the records that come after an evaluation; but a write of the weights recorded
+    # before an evaluation in one run only is what that run did first)
+    if evaluation is not None and not (_writes_weights(pa) or _writes_weights(pb)):
         return evaluation
     optimizers = _other_optimizers(pa, pb)
     if optimizers:
@@ -570,6 +572,7 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
                 "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
             )
             divergence.origin_text = news
+            _mark_written_at_exit(divergence, probe)
             return divergence
     divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
     divergence.origin_text = _skipped_update(pa, pb) or (
@@ -688,10 +691,9 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
         )
     if probe.kind == Kind.PARAM.label and probe.note == WRITTEN_AT_EXIT:
         return (
-            f"run {which}'s program wrote `{probe.name}` after its last optimizer step (step "
-            f"{probe.step}), seen as it ended (weights loaded back with load_state_dict(), an "
-            "EMA or SWA average copied in); the other run's did not, so the runs end with "
-            "other weights"
+            f"run {which}'s program wrote `{probe.name}` after its last optimizer step, seen "
+            f"as it ended (recorded in step {probe.step}: {WRITES_AFTER_TRAINING}); the other "
+            "run's did not, so the runs end with other weights"
         )
     if probe.kind == Kind.PARAM.label and probe.phase in WRITE_PHASES:
         return (
@@ -731,8 +733,23 @@ def _written_at_exit(key: str, a: RunFile, b: RunFile, n: int) -> Divergence | N
     divergence = Divergence(
         "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
     )
-    divergence.origin, divergence.origin_text = True, _only_in_one_run(probe, which)
+    divergence.origin_text = _only_in_one_run(probe, which)
+    _mark_written_at_exit(divergence, probe)
     return divergence
+
+
+def _writes_weights(probe: Probe) -> bool:
+    """Whether ``probe`` records a parameter written outside an optimizer step."""
+    outside = probe.phase in WRITE_PHASES or probe.note == WRITTEN_AT_EXIT
+    return probe.kind == Kind.PARAM.label and outside
+
+
+def _mark_written_at_exit(divergence: Divergence, probe: Probe) -> None:
+    """A write after the last optimizer step in one run only is where the runs' weights part
+    (every record before matched): the origin, and a fact the knowledge base reads."""
+    if probe.kind == Kind.PARAM.label and probe.note == WRITTEN_AT_EXIT:
+        divergence.origin = True
+        divergence.facts["write"] = "at_exit"
 
 
 def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:

@@ -37,6 +37,7 @@ from divergence.store.schema import (
     Phase,
     note_parts,
 )
+from divergence.wording import WRITES_AFTER_TRAINING
 
 
 def explain_origin(
@@ -60,6 +61,7 @@ def explain_origin(
     weights_read = kind == Kind.OUTPUT or (
         kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label
     )
+    weights_read = weights_read and divergence.facts.get("write") != "at_exit"
     if divergence.origin and divergence.facts["framework"] == "tensorflow" and weights_read:
         divergence.origin_text += KERAS_UNSEEN_WRITES
 
@@ -145,9 +147,9 @@ def _explain_kind(
         divergence.origin = True
         if run.meta.get("framework") == "tensorflow":  # (recorded as a later fit() starts)
             divergence.origin_text = (
-                f"before step {step}'s fit() started: code between two fit() calls wrote "
-                f"{_code(name)} (load_weights(), set_weights(), assign(), or a callback at the "
-                "end of the earlier fit); every record before it matched"
+                f"in step {step}, as a fit(), evaluate() or predict() started: code after the "
+                f"last fit() wrote {_code(name)} (load_weights(), set_weights(), assign(), or a "
+                "callback at the end of that fit); every record before it matched"
             )
             return
         divergence.origin_text = (
@@ -159,10 +161,12 @@ def _explain_kind(
     elif kind == Kind.PARAM and _noted(run, row, WRITTEN_AT_EXIT):
         divergence.origin = True
         divergence.origin_text = (
-            f"after step {step}'s optimizer step, as the program ended: its own code wrote "
-            f"{_code(name)} (weights loaded back with load_state_dict(), an EMA or SWA average "
-            "copied in) with other values in the two runs; every record before it matched"
+            f"after the last optimizer step, as the program ended (recorded in step {step}): "
+            "its own code wrote "
+            f"{_code(name)} ({WRITES_AFTER_TRAINING}) with other values in the two runs; every "
+            "record before it matched"
         )
+        divergence.facts["write"] = "at_exit"
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True
         param = name.split("/")[0]

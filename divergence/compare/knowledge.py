@@ -54,6 +54,7 @@ LIST_FIELDS = (
     "resumes",
     "ends",
     "explained",
+    "writes",
 )
 COMPUTE_KINDS = (
     "output",
@@ -106,6 +107,7 @@ class Cause:
     ends: tuple[str, ...] = ()  # "cleanly": the shorter run of a length divergence exited 0
     # (hints) "environment": the reported cause names differing settings as its evidence
     explained: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()  # "at_exit": weights written after the last optimizer step
     holds_for: str = ""
 
     def applies(
@@ -145,6 +147,7 @@ class Cause:
             and _holds(self.resumes, facts.get("resume", ""))
             and _holds(self.ends, facts.get("ended", ""))
             and _holds(self.explained, facts.get("explained", "no"))
+            and _holds(self.writes, facts.get("write", ""))
         )
 
 

@@ -36,6 +36,7 @@ def test_weights_restored_in_one_run_only_are_named_not_called_identical(
         assert first["origin_text"].startswith(
             f"run {which}'s program wrote `{first['location']}` after its last optimizer step"
         )
+        assert first["cause"] == "parameters" and "after the training loop" in first["cause_text"]
         propagation = report["processes"][0]["propagation"]
         assert 0 < propagation["final_params_differing"] <= propagation["final_params_total"]
 
@@ -47,7 +48,8 @@ def test_weights_restored_from_other_steps_are_the_origin(record: Recorder) -> N
     first = report["first_divergence"]
     assert (code, first["reason"], first["step"], first["kind"]) == (1, "value", 3, "param")
     assert first["origin"] is True and first["a"]["note"] == WRITTEN_AT_EXIT
-    assert first["origin_text"].startswith("after step 3's optimizer step, as the program ended")
+    assert first["origin_text"].startswith("after the last optimizer step, as the program ended")
+    assert first["cause"] == "parameters" and "after the training loop" in first["cause_text"]
 
 
 def test_the_restored_weights_are_recorded_once_and_keep_the_bits(

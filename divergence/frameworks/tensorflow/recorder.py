@@ -80,6 +80,7 @@ from divergence.store.schema import (
     INFERENCE_CALL,
     LOSS_INPUTS,
     MAX_DIMS,
+    WRITTEN_AT_EXIT,
     Kind,
     Phase,
     with_key,
@@ -153,11 +154,22 @@ class KerasRecorder(Instrumentation):
         self.returned: dict[str, int] = {}
         self.layer_calls = 0
         self.fit_models: list[weakref.ref[Any]] = []  # models whose fit() ran
+        self.fitting = 0  # nesting of fit() calls (its validation pass calls evaluate())
         self.fit_settings: list[dict[str, Any]] = []  # the distinct fit() arguments seen
         self.optimizers_held: weakref.WeakSet[Any] = weakref.WeakSet()  # state recorded at fit
         self.compiled_as: dict[str, str] = {}  # model name -> the compile settings last recorded
-        # id(model) -> its variables' fingerprints as its last fit() ended
-        self.fit_end_prints: dict[int, dict[int, tuple[str, int]]] = {}
+        # id(model) -> its variables' fingerprints as its last fit() ended (their last
+        # records' where a write at its end, restore_best_weights, has not been recorded yet)
+        self.fit_end_prints: dict[int, dict[int, tuple[str, object]]] = {}
+        # variable name -> (the step of its last update, its last recorded value: an int or
+        # an eager Pending) and the variable: what the program wrote after the last update is
+        # recorded at exit (see add_written_at_exit)
+        self.updated: dict[str, tuple[int, object]] = {}
+        self.updated_variables: dict[str, weakref.ref[Any]] = {}
+        self.last_update_step = -1  # the step the last optimizer update closed
+        # name -> (last_update_step, its value) as a fit() ended with it written (a model freed
+        # before exit, a main() that returns, is read from here)
+        self.fit_end_writes: dict[str, tuple[int, Fingerprint]] = {}
         # the program's own tf.random.Generator objects, in the order they were made (named
         # tf.random.Generator, tf.random.Generator#1, ...): their states are rng records
         self.generators: list[tuple[weakref.ref[Any], str]] = []
@@ -182,6 +194,7 @@ class KerasRecorder(Instrumentation):
             probe=self.probe,
             pending=(Pending, resolve_pending),
         )
+        self.listen(self.session.on_finish, self.add_written_at_exit)
         return self.remove
 
     def _patch_layer(self, module: ModuleType) -> None:
@@ -221,6 +234,8 @@ class KerasRecorder(Instrumentation):
 
     def _patch_trainer(self, module: ModuleType) -> None:
         self.patch(module.TensorFlowTrainer, "fit", self._wrap_fit)
+        self.patch(module.TensorFlowTrainer, "evaluate", self._wrap_inference)
+        self.patch(module.TensorFlowTrainer, "predict", self._wrap_inference)
         self.patch(module.TensorFlowTrainer, "_compute_loss", self._wrap_compute_loss)
 
     def _metadata(self) -> dict[str, Any]:
@@ -579,7 +594,11 @@ class KerasRecorder(Instrumentation):
             slots = naming.optimizer_slots(optimizer, variables)
             for variable in variables:
                 name = self.var_name(variable)
-                self.record(mode, Phase.OPTIMIZER, Kind.PARAM, name, [read_variable(variable)])
+                value = read_variable(variable)
+                self.record(mode, Phase.OPTIMIZER, Kind.PARAM, name, [value])
+                self.updated_variables[name] = weakref.ref(variable)
+                if mode == EAGER and (fingerprint := self.eager_cache.get(value.ref())):
+                    self.updated[name] = (s.step, fingerprint.value)
                 for label, slot in slots.get(id(variable), []):
                     self.record(
                         mode,
@@ -591,6 +610,7 @@ class KerasRecorder(Instrumentation):
             self._record_wrapper_state(mode, optimizer)  # (a LossScaleOptimizer's scale)
             self._record_buffers(mode, {id(v) for v in variables})
         if mode == EAGER:
+            self.last_update_step = s.step
             s.optimizer_stepped()
         else:
             self.table.event(ProbeSpec(Phase.MARKER, Kind.INVALID, "", 0, "", 0, EVENT_STEPPED))
@@ -686,7 +706,10 @@ class KerasRecorder(Instrumentation):
                 if spec.dump is not None and s.wants_dump(spec.name):
                     dump = to_host(spec.dump.read_value())
                 s.add(spec.phase, spec.kind, spec.name, fingerprint, spec.slot, spec.note, dump)
+                if spec.kind == Kind.PARAM and spec.phase == Phase.OPTIMIZER:
+                    self.updated[spec.name] = (s.step, value)
         if EVENT_STEPPED in events:
+            self.last_update_step = s.step
             s.optimizer_stepped()
 
     # --- fit, seeds, RNG, probes ----------------------------------------------------------
@@ -697,11 +720,29 @@ class KerasRecorder(Instrumentation):
         def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
             recorder.guard(recorder.note_fit_settings)(original, model, args, kwargs)
             recorder.guard(recorder.before_fit)(model)
-            result = original(model, *args, **kwargs)
+            recorder.fitting += 1
+            try:
+                result = original(model, *args, **kwargs)
+            finally:
+                recorder.fitting -= 1
             recorder.guard(recorder.after_fit)(model)
             return result
 
         return fit
+
+    def _wrap_inference(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``evaluate()`` and ``predict()`` outside a fit: the weights written since a fit
+        ended are recorded first (the best epoch's weights restored at its end, then
+        evaluated), as a next fit records them; a fit's own validation pass reads its weights."""
+        recorder = self
+
+        @functools.wraps(original)
+        def inference(model: Any, *args: Any, **kwargs: Any) -> Any:
+            if not recorder.fitting:
+                recorder.guard(recorder._record_weights_written_since_fit)(model)
+            return original(model, *args, **kwargs)
+
+        return inference
 
     def _wrap_compute_loss(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Keras' ``train_step`` computes its loss here, from ``y`` and ``sample_weight`` (class
@@ -747,7 +788,7 @@ class KerasRecorder(Instrumentation):
         if not any(ref() is model for ref in self.fit_models):
             self.fit_models.append(weakref.ref(model))
         else:
-            self._record_weights_between_fits(model)
+            self._record_weights_written_since_fit(model)
         self._record_compile_settings(model)
         self._record_state_held(getattr(model, "optimizer", None))
         per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
@@ -762,33 +803,88 @@ class KerasRecorder(Instrumentation):
 
     def after_fit(self, model: Any) -> None:
         """The model's variables as a ``fit()`` ends (fingerprints, kept, not recorded): a
-        later fit records those written in between."""
-        self.fit_end_prints[id(model)] = self._weight_prints(model)
+        later fit records those written since their last record, and so does the end of the
+        program (a callback's write at the end of the fit, ``restore_best_weights``, included:
+        for such a variable the last record's value is kept)."""
+        ended: dict[int, tuple[str, object]] = {}
+        for key, (name, now) in self._weight_prints(model).items():
+            recorded = self._last_update_value(name)
+            if recorded is not None and recorded != now.value:
+                self.fit_end_writes[name] = (self.last_update_step, now)
+                ended[key] = (name, recorded)
+            else:
+                ended[key] = (name, now.value)
+        self.fit_end_prints[id(model)] = ended
 
-    def _weight_prints(self, model: Any) -> dict[int, tuple[str, int]]:
+    def _weight_prints(self, model: Any) -> dict[int, tuple[str, Fingerprint]]:
         """``id(variable) -> (name, fingerprint)`` of the model's named variables (one sync:
         read at a fit's boundary only)."""
         prints = {}
         for variable in getattr(model, "weights", None) or []:
             name = self.var_names.get(id(variable))
             if name is not None and not name.startswith("?") and self.session.wants(name):
-                prints[id(variable)] = (name, smix64_fingerprint(read_variable(variable)))
+                prints[id(variable)] = (name, _host_fingerprint(read_variable(variable)))
         return prints
 
-    def _record_weights_between_fits(self, model: Any) -> None:
-        """The model's variables written since its last ``fit()`` ended (``load_weights()``
-        of a ModelCheckpoint's best weights, ``set_weights()``), recorded as the next one
-        starts, in the forward phase as a torch parameter written outside an optimizer is: the
-        write is named there, not at the first layer that reads the weights. (Variables the
-        recorder has not named, never recorded before, are left out.)"""
+    def _last_update_value(self, name: str) -> int | None:
+        """The value the last optimizer update recorded for variable ``name``; None when that
+        update did not record it (another optimizer's variable, a step outside --steps)."""
+        step, value = self.updated.get(name, (None, None))
+        if step != self.last_update_step:
+            return None
+        if isinstance(value, Pending):
+            return resolve_pending([value])[0]
+        return value if isinstance(value, int) else None
+
+    def add_written_at_exit(self) -> None:
+        """As the process ends: the variables the last optimizer update wrote that the program
+        wrote again since (``EarlyStopping(restore_best_weights=True)``, ``set_weights()`` or
+        ``load_weights()`` of the best checkpoint after the loop), in the optimizer phase, noted
+        so (:data:`WRITTEN_AT_EXIT`) and appended to that step, as the torch recorder does:
+        no layer call follows such a write, and two runs that end with other weights would
+        compare identical. A variable freed before the end (a ``main()`` that returned) is
+        seen as its last ``fit()`` ended."""
+        written = {}
+        for name in self.updated:
+            recorded = self._last_update_value(name)
+            now = self._value_now(name) if recorded is not None else None
+            if now is not None and now.value != recorded:
+                written[name] = now
+        s = self.session
+        begin = s.open_at_exit() if written else None
+        if begin is None:
+            return
+        for name, fingerprint in sorted(written.items()):
+            if begin():
+                s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)
+        s.close_continued_step()
+
+    def _value_now(self, name: str) -> Fingerprint | None:
+        ref = self.updated_variables.get(name)
+        variable = ref() if ref is not None else None
+        if variable is not None:
+            return _host_fingerprint(read_variable(variable))
+        step, ended = self.fit_end_writes.get(name, (None, None))
+        return ended if step == self.last_update_step else None
+
+    def _record_weights_written_since_fit(self, model: Any) -> None:
+        """The model's variables written since their last record as its last ``fit()`` ended
+        (``load_weights()`` of a ModelCheckpoint's best weights, ``set_weights()``, a
+        callback's restore at the fit's end), recorded as the next ``fit()``, ``evaluate()`` or
+        ``predict()`` starts, in the forward phase as a torch parameter written outside an
+        optimizer is: the write is named there, not at the first layer that reads the weights.
+        (Variables the recorder has not named, never recorded before, are left out.)"""
         ended = self.fit_end_prints.get(id(model))
         s = self.session
         if ended is None or not s.begin_event():
             return
         variables = {id(v): v for v in getattr(model, "weights", None) or []}
         for key, (name, now) in self._weight_prints(model).items():
-            if ended.get(key, (name, now))[1] != now:
+            if ended.get(key, (name, now.value))[1] != now.value:
                 self.record(EAGER, Phase.FORWARD, Kind.PARAM, name, [read_variable(variables[key])])
+                ended[key] = (name, now.value)  # (its last record now: not written again
+                if name in self.updated:  # at a next evaluate() or at exit)
+                    self.updated[name] = (self.updated[name][0], now.value)
 
     def _record_compile_settings(self, model: Any) -> None:
         """What ``compile()`` set that changes the training (the loss and its weights, XLA,
@@ -919,6 +1015,12 @@ class KerasRecorder(Instrumentation):
 
 SEVERAL = object()  # a variable's tape gradient when several tape.gradient() calls gave one
 COMPILE_SETTINGS = ("loss", "loss_weights", "jit_compile", "run_eagerly", "steps_per_execution")
+
+
+def _host_fingerprint(t: tf.Tensor) -> Fingerprint:
+    """A tensor's fingerprint, computed now (one host copy)."""
+    shape = tuple(int(d) for d in t.shape)
+    return Fingerprint(smix64_fingerprint(t), dtype_name(t.dtype), shape, Algorithm.SMIX64_SUM)
 
 
 def _fuses(layer_type: str, inputs: list[Any]) -> bool:
