@@ -12,6 +12,10 @@
 * ``packed``: an LSTM over a ``PackedSequence`` (a namedtuple output with an int64 part);
 * ``attention``: ``nn.MultiheadAttention`` (a ``None`` among its outputs);
 * ``weight_norm``: a parametrized weight (``parametrizations.weight_norm``);
+* ``spectral_norm``: ``parametrizations.spectral_norm`` (its power-iteration vectors are buffers
+  of the parametrization, a module called on its own);
+* ``warm_up``: a BatchNorm layer called on its own before the model (a warm-up of its running
+  statistics): its buffers are seen again when the model is called;
 * ``scaler``: ``torch.amp.GradScaler`` on the CPU;
 * ``inference``: an evaluation under ``torch.inference_mode()`` after each step (tensors without
   a version counter);
@@ -36,7 +40,7 @@ from torch import nn
 PATTERNS = (
     *("lazy", "jit", "sparse", "tied", "ema", "autocast", "penalty", "functional"),
     *("packed", "attention", "weight_norm", "scaler", "inference", "fused", "channels_last"),
-    *("max_norm", "traced"),
+    *("max_norm", "traced", "spectral_norm", "warm_up"),
 )
 TOKENS = ("sparse", "tied", "max_norm")
 SEQUENCES = ("packed", "attention")
@@ -99,6 +103,11 @@ def build(pattern: str) -> nn.Module:
     if pattern == "weight_norm":
         weighted = nn.utils.parametrizations.weight_norm(nn.Linear(4, 8))
         return nn.Sequential(weighted, nn.ReLU(), nn.Linear(8, 2))
+    if pattern == "spectral_norm":
+        normed = nn.utils.parametrizations.spectral_norm(nn.Linear(4, 8))
+        return nn.Sequential(normed, nn.ReLU(), nn.Linear(8, 2))
+    if pattern == "warm_up":
+        return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
     if pattern == "channels_last":
         convolution = (nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
         model = nn.Sequential(*convolution, nn.Flatten(), nn.Linear(4, 2))
@@ -143,6 +152,9 @@ def main() -> None:
     tokens = args.pattern in TOKENS
     if args.pattern == "lazy":
         model(torch.zeros(1, 4))  # the usual dry run that creates the parameters
+    if args.pattern == "warm_up":
+        with torch.no_grad():
+            model[1](torch.randn(4, 8))
     if args.pattern == "fused":
         optimizer: torch.optim.Optimizer = torch.optim.AdamW(model.parameters(), 0.01, fused=True)
     else:

@@ -124,7 +124,9 @@ class TorchRecorder(Instrumentation):
         self.compiles_seen: list[dict[str, object]] = []  # each torch.compile call's settings
         self.sampler_epochs: list[dict[str, object]] = []  # DistributedSampler.set_epoch calls
         self.thread_calls: list[dict[str, object]] = []  # torch.set_num_threads calls
-        self.buffers_seen: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # initial ones
+        # the buffers whose initial values are recorded, by identity (a WeakSet compares
+        # tensors with ==, elementwise): id -> weak reference
+        self.buffers_seen: dict[int, weakref.ref[torch.Tensor]] = {}
         # called with True entering a torch.compile region and False leaving it (op level)
         self.region_listeners: list[Callable[[bool], None]] = []
         # called with the innermost running module's name whenever it changes (op level)
@@ -345,9 +347,12 @@ class TorchRecorder(Instrumentation):
         read it, and blamed on them."""
         for path, buffer in root.named_buffers():
             name = prefix + path
-            if buffer in self.buffers_seen or is_lazy(buffer) or not self.session.wants(name):
+            seen = self.buffers_seen.get(id(buffer))
+            if (seen is not None and seen() is buffer) or is_lazy(buffer):
                 continue
-            self.buffers_seen.add(buffer)
+            if not self.session.wants(name):
+                continue
+            self.buffers_seen[id(buffer)] = weakref.ref(buffer)
             self._add(Phase.INIT, Kind.BUFFER, name, buffer)
 
     def _adopt_materialised(self) -> None:
