@@ -80,6 +80,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], list[Change]]] = {
         {**CPU, "seeds": [*SEEDED, {"call": "torch.manual_seed", "seed": "5678", "step": 0}]},
         [(0, "torch.cpu", Kind.RNG_STATE), (0, ADD, Kind.OP_OUTPUT)],
     ),
+    # initial weights drawn after other seeds, in runs that also ran at other thread counts
+    "seeds_and_threads": (
+        {**CPU, "threads": {"torch": 1}, "seeds": [{"call": "torch.manual_seed", "seed": "0"}]},
+        {**CPU, "threads": {"torch": 2}, "seeds": [{"call": "torch.manual_seed", "seed": "1"}]},
+        [(0, "emb.weight", Kind.PARAM), (0, "torch.cpu", Kind.RNG_STATE)],
+    ),
 }
 
 
@@ -135,6 +141,7 @@ EXPECTED = {
     "structure": "structure",
     "recorder": "recorder",
     "seeds": "seeds",
+    "seeds_and_threads": "seeds",
 }
 
 
