@@ -32,6 +32,19 @@ def test_a_write_in_one_run_only_is_named_at_the_step_it_happened(tmp_path: Path
     assert "run B wrote `0.weight`" in first["origin_text"]
 
 
+def test_a_write_to_a_tensor_in_no_module_is_named_too(tmp_path: Path) -> None:
+    """A tensor the optimizer trains that no module holds (named from the optimizer): its
+    write was recorded at the next update only, after the loss it changed, which was then
+    called a compute origin."""
+    plain = record(tmp_path / "plain", "--bare")
+    clipped = record(tmp_path / "clipped", "--bare", "--clip", "0.3")
+    code, report = compare_json(plain, clipped)
+    first = report["first_divergence"]
+    where = (first["reason"], first["step"], first["phase"], first["kind"], first["location"])
+    assert (code, where) == (1, ("structure", 3, "forward", "param", "SGD.group0.param4"))
+    assert first["cause"] == "parameters"
+
+
 def test_a_write_that_differs_is_the_origin(tmp_path: Path) -> None:
     a = record(tmp_path / "a", "--clip", "0.3")
     b = record(tmp_path / "b", "--clip", "0.29")

@@ -17,7 +17,7 @@ import functools
 import random
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -118,6 +118,9 @@ class TorchRecorder(Instrumentation):
         # optimizers whose state before their first step is recorded (weakly held: a freed
         # optimizer's id can be a new one's)
         self.optimizers_seen: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        # where the bare parameters are (tensors in no module, adopted from an optimizer):
+        # (optimizer, group, index), looked at for writes as a model is called
+        self.bare_slots: list[tuple[weakref.ref[torch.optim.Optimizer], int, int]] = []
         self.loader_iterators: weakref.WeakSet[object] = weakref.WeakSet()
         self.keras_layers_seen = False
         self.loaders_seen: list[dict[str, object]] = []  # each DataLoader's settings
@@ -516,6 +519,19 @@ class TorchRecorder(Instrumentation):
             return
         for name, param in self.params.read_by(root):
             self._add_if_written(Phase.FORWARD, name, param)
+        for name, param in self._bare_parameters():  # (which model reads them is not known)
+            self._add_if_written(Phase.FORWARD, name, param)
+
+    def _bare_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The bare parameters still in their optimizers' slots, with their names."""
+        for ref, g, i in self.bare_slots:
+            optimizer = ref()
+            groups = [] if optimizer is None else optimizer.param_groups
+            params = groups[g]["params"] if g < len(groups) else []
+            param = params[i] if i < len(params) else None
+            name = None if param is None else self.params.name_of(param)
+            if param is not None and name is not None:
+                yield name, param
 
     def add_updated_parameters(self) -> None:
         """At ``divergence.step()``: the parameters the step's own code wrote (a manual
@@ -667,6 +683,7 @@ class TorchRecorder(Instrumentation):
                 if name is None:
                     name = f"{self.optimizer_labels.of(optimizer)}.group{g}.param{i}"
                     self.params.adopt_bare(param, name)
+                    self.bare_slots.append((weakref.ref(optimizer), g, i))
                     if s.wants(name) and s.begin_optimizer_event():
                         self._add_param(Phase.INIT, name, param, cached=True, note=BARE_TENSOR)
                 stepped.append((name, param))
