@@ -292,6 +292,11 @@ def finish(
             why = "it ended before its first step completed (a step is written when it ends)"
         else:
             why = "no optimizer.step(), module forward or divergence.step() was seen"
+            if status != 0:  # (torchrun exits 1 when a worker was killed)
+                why = (
+                    "it failed, or a process it started was killed, before its first step "
+                    f"completed (a step is written when it ends), or {why}"
+                )
             if steps != "0:":
                 why = f"none of its steps fell in --steps {steps}, or {why}"
             if filtered:

@@ -153,6 +153,16 @@ def test_a_process_killed_before_its_first_step_ended_is_said_to_be(tmp_path: Pa
         result.stderr
     )
     assert "before its first step completed" in result.stderr
+    # a launcher whose worker was killed there exits 1 (torchrun does): said as a possibility
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, {str(script)!r}])\nsys.exit(1)\n"
+    )
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(launcher))
+    assert result.returncode == 1
+    assert "(exit status 1): it failed, or a process it started was killed, before its " in (
+        result.stderr
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG)")
