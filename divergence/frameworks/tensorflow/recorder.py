@@ -51,6 +51,7 @@ from divergence.frameworks.tensorflow.metadata import tf_metadata
 from divergence.frameworks.tensorflow.rng import framework_generators
 from divergence.frameworks.tensorflow.settings import layer_settings, optimizer_settings
 from divergence.frameworks.tensorflow.table import (
+    EVENT_DEFERRED,
     EVENT_ROOT,
     EVENT_SETTINGS,
     EVENT_STEPPED,
@@ -138,6 +139,8 @@ class KerasRecorder(Instrumentation):
         self.roots: list[tuple[weakref.ref[Any], str]] = []
         self.var_names: dict[int, str] = {}
         self.init_done: set[int] = set()
+        # id(layer) -> its init records read while tracing, until a run of a trace writes them
+        self.init_pending: dict[int, list[tuple[Any, ...]]] = {}
         self.eager_cache: dict[Any, Fingerprint] = {}
         self.dump_variables: dict[tuple[Any, ...], Any] = {}
         self.notes: list[str] = []
@@ -270,10 +273,13 @@ class KerasRecorder(Instrumentation):
         tensors: list[tf.Tensor],
         note: str = "",
         keys: list[str] | None = None,
+        add: Callable[..., None] | None = None,
     ) -> None:
         """One record per tensor (slot = position); eager now, graph at every execution.
-        ``keys``: each tensor's dict key in its nest (:func:`keyed_tensors_of`), noted."""
+        ``keys``: each tensor's dict key in its nest (:func:`keyed_tensors_of`), noted; ``add``:
+        where eager records go (the session's :meth:`~Session.add`)."""
         s = self.session
+        add = add or s.add
         if not s.wants(name):
             return
         for slot, t in enumerate(tensors):
@@ -281,11 +287,11 @@ class KerasRecorder(Instrumentation):
             if not readable(t) or t.shape.rank > MAX_DIMS:
                 shape = _static_shape(t)
                 if mode == EAGER:
-                    s.add(phase, kind, name, Fingerprint.skip(t.dtype.name, shape, "unreadable"))
+                    add(phase, kind, name, Fingerprint.skip(t.dtype.name, shape, "unreadable"))
                 continue
             if mode == EAGER:
                 dump = to_host(t) if s.wants_dump(name) else None
-                s.add(phase, kind, name, self.eager_fingerprint(t), slot, slot_note, dump)
+                add(phase, kind, name, self.eager_fingerprint(t), slot, slot_note, dump)
             else:
                 key = (phase, kind, name, slot, dtype_name(t.dtype))
                 dump = self._dump_variable(key, t)
@@ -371,7 +377,10 @@ class KerasRecorder(Instrumentation):
         # it; a call without it (fit on a model whose call has no training argument, model(x)
         # in a tape loop) may be training, and a tensor flag is not known here
         note = INFERENCE_CALL if root and kwargs.get("training") is False else ""
-        keys, tensors = keyed_tensors_of((args, kwargs))
+        # (a tf.function converts numpy arguments to tensors; an eager call gets them as they
+        # are: a batch of numpy arrays is recorded as the tensor Keras makes of it)
+        given = (args, kwargs) if mode == GRAPH or not root else _numpy_as_tensors((args, kwargs))
+        keys, tensors = keyed_tensors_of(given)
         if mode == GRAPH and not root and _fuses(layer_type, tensors):
             self.note(FUSION_NOTE)
         self.record(mode, phase, kind, name, tensors, note, keys)
@@ -379,7 +388,7 @@ class KerasRecorder(Instrumentation):
     def leave(self, layer: Any, name: str, mode: str, outputs: Any) -> None:
         self.layer_calls += 1
         self.returned[name] = self.layer_calls
-        self._record_init(layer, name)
+        self._record_init(layer, name, mode)
         if mode == EAGER and not self.session.begin_event():
             return
         keys, tensors = keyed_tensors_of(outputs)
@@ -421,18 +430,35 @@ class KerasRecorder(Instrumentation):
             {k: v for k, v in naming.variable_names(root, name).items() if k not in self.var_names}
         )
 
-    def _record_init(self, layer: Any, name: str) -> None:
-        """The layer's own variables when it first returns: built, and not yet trained."""
-        if id(layer) in self.init_done:
-            return
-        self.init_done.add(id(layer))
+    def _record_init(self, layer: Any, name: str, mode: str) -> None:
+        """The layer's own variables when it first returns: built, and not yet trained. Read
+        now; inside a trace, written when the traced code runs, in its place among the graph
+        probes (after the layer's inputs, before its output, as an eager call records them),
+        so an eager loop and the same loop in ``tf.function`` record alike. Until written, each
+        trace that calls the layer places them (Keras may trace a step twice and run the
+        second trace only)."""
         s = self.session
-        if not s.begin_event():
+        pending = self.init_pending.get(id(layer))
+        if id(layer) not in self.init_done:
+            self.init_done.add(id(layer))
+            if not s.begin_event():
+                return
+            pending = self.init_pending[id(layer)] = []
+            self._add_init(layer, name, lambda *entry: pending.append(entry))
+        if not pending:
             return
+        if mode == GRAPH:
+            spec = ProbeSpec(Phase.MARKER, Kind.INVALID, name, 0, "", 0, EVENT_DEFERRED)
+            self.table.event(dataclasses.replace(spec, source=pending))
+        elif s.begin_event():
+            write_deferred(s, pending)
+
+    def _add_init(self, layer: Any, name: str, add: Callable[..., None]) -> None:
+        s = self.session
         settings = layer_settings(layer)
         if settings is not None and s.wants(name):  # (its constructor arguments)
             fingerprint, text = self.settings(settings)
-            s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=text)
+            add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, 0, text)
         for label, variable in naming.own_variables(layer):
             full = f"{name}.{label}"
             self.var_names.setdefault(id(variable), full)
@@ -443,9 +469,9 @@ class KerasRecorder(Instrumentation):
                     value = tf.convert_to_tensor(raw_variable(variable))
                 except Exception as exc:  # created inside this trace: no value yet
                     reason = f"initial value unreadable at trace time: {type(exc).__name__}"
-                    s.add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", (), reason))
+                    add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", (), reason))
                     continue
-                self.record(EAGER, Phase.INIT, Kind.PARAM, full, [value])
+                self.record(EAGER, Phase.INIT, Kind.PARAM, full, [value], add=add)
 
     # --- loss, optimizer ------------------------------------------------------------------
     def _wrap_gradient(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -695,6 +721,8 @@ class KerasRecorder(Instrumentation):
             for spec, total, shape in fired:
                 if spec.event == EVENT_SETTINGS and (optimizer := spec.source()) is not None:
                     self.add_settings(spec.name, optimizer)
+                if spec.event == EVENT_DEFERRED:
+                    write_deferred(s, spec.source)
                 if spec.event == EVENT_UNSEEN:
                     unseen = Fingerprint.skip(spec.dtype, spec.shape, spec.note)
                     s.add(spec.phase, spec.kind, spec.name, unseen, spec.slot)
@@ -1015,6 +1043,26 @@ class KerasRecorder(Instrumentation):
 
 SEVERAL = object()  # a variable's tape gradient when several tape.gradient() calls gave one
 COMPILE_SETTINGS = ("loss", "loss_weights", "jit_compile", "run_eagerly", "steps_per_execution")
+
+
+def write_deferred(session: Session, entries: list[tuple[Any, ...]]) -> None:
+    """Write records read earlier (:meth:`Session.add` arguments), once: the list is emptied,
+    and every trace that placed it shares it."""
+    for entry in entries:
+        session.add(*entry)
+    entries.clear()
+
+
+def _numpy_as_tensors(value: object) -> object:
+    """``value`` with its numpy arrays as tensors (their dtype kept, as ``tf.function`` makes
+    them).
+
+    >>> _numpy_as_tensors(((np.zeros(2, np.float32),), {}))[0][0].dtype.name
+    'float32'
+    """
+    return tf.nest.map_structure(
+        lambda x: tf.convert_to_tensor(x) if isinstance(x, np.ndarray) else x, value
+    )
 
 
 def _host_fingerprint(t: tf.Tensor) -> Fingerprint:

@@ -29,6 +29,8 @@ EVENT_ROOT = "root_forward"  # a root model's forward ran
 EVENT_STEPPED = "optimizer_stepped"  # an optimizer applied its update
 EVENT_SETTINGS = "optimizer_settings"  # record the settings of ``source()``, an optimizer
 EVENT_UNSEEN = "unseen"  # a skipped record (why: ``note``) of a tensor the graph did not read
+EVENT_DEFERRED = "deferred"  # records read at trace time (``source``, a list of Session.add
+# arguments), written at the first execution, in trace order
 
 
 @dataclass(frozen=True)
