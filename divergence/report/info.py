@@ -95,6 +95,8 @@ class RunSummary:
         yield Text(f"{self.path}: {counted(files, 'process', 'processes')}{damaged}", style="bold")
         for p in self.processes:
             state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
+            if p.complete and p.failure:  # (the file is whole; the recording is not)
+                state = "file closed cleanly"
             steps = f"steps {p.first_step}..{p.last_step}" if p.steps else "no complete step"
             if p.ended_inside_step is not None and p.ended_inside_step == p.last_step:
                 steps += f", step {p.last_step} partial: the exception ended it"

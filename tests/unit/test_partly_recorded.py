@@ -92,6 +92,7 @@ def test_info_says_that_the_recording_stopped(tmp_path: Path) -> None:
     text = " ".join(result.stdout.split())
     assert "RECORDING STOPPED at step 1 (after_apply: AttributeError: no attribute 'path');" in text
     assert "the program took 4 steps" in text
+    assert "; complete;" not in text and "; file closed cleanly;" in text
     (process,) = json.loads(run_cli("info", "--json", str(run)).stdout)["processes"]
     assert (process["failure_step"], process["steps_taken"]) == (1, 4)
     whole = json.loads(run_cli("info", "--json", str(_record(tmp_path / "b", None))).stdout)
