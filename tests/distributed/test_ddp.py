@@ -54,6 +54,15 @@ RUNS = {  # name -> (command, expected exit status is zero)
     # uneven inputs under DDP's Join: rank 1 runs out a step early and shadows rank 0's reduction
     "uneven": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--uneven"], True),
     "uneven_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--uneven"], True),
+    # FSDP's use_orig_params=True parameters are views of its flat parameter in the forward
+    "fsdp": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--fsdp"], True),
+    "fsdp_b": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--fsdp"], True),
+    "fsdp_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--fsdp"], True),
+    "max_loss": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--max-loss"], True),
+    # PowerSGD's callbacks call all_reduce on whichever thread completes a bucket's work
+    "powersgd": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--powersgd"], True),
+    "powersgd_b": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--powersgd"], True),
+    "powersgd_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--powersgd"], True),
 }
 
 
@@ -141,6 +150,43 @@ def test_recording_changes_no_bits(runs: dict[str, Path], name: str) -> None:
     assert _final_params(runs, name) == _final_params(runs, plain)
     meta = RunFile.open(runs[name] / "rank0.h5").meta["distributed"]
     assert ("ddp_buckets" in meta) == (name == "three_view")
+
+
+def test_fsdp_with_its_original_parameters_is_recorded_to_the_end(runs: dict[str, Path]) -> None:
+    """``use_orig_params=True``: torch refuses a gradient hook on the views FSDP puts in the
+    modules; the recording used to stop at step 0. Their gradients are recorded as the
+    optimizer step reads them."""
+    for rank in (0, 1):
+        file = RunFile.open(runs["fsdp"] / f"rank{rank}.h5")
+        assert not file.end.get("failure") and file.steps_complete >= 5
+        assert (file.kinds == Kind.PARAM_GRAD).any() and (file.kinds == Kind.OUTPUT).any()
+    code, report = compare_json(runs["fsdp"], runs["fsdp_b"])
+    assert code == 0, report["first_divergence"]
+    assert _final_params(runs, "fsdp") == _final_params(runs, "fsdp_plain")
+
+
+def test_collectives_of_a_comm_hooks_callbacks_are_left_out(runs: dict[str, Path]) -> None:
+    """They ran on another thread in one run than in the other, and were recorded in one
+    only: two runs of one PowerSGD training compared DIVERGED. The buckets' results stay."""
+    for rank in (0, 1):
+        file = RunFile.open(runs["powersgd"] / f"rank{rank}.h5")
+        names = {file.strings[i] for i in file.records["name"]}
+        assert {name for name in names if name.startswith("all_reduce")} == {"all_reduce#0"}
+        assert "ddp.bucket0" in names
+    code, report = compare_json(runs["powersgd"], runs["powersgd_b"])
+    assert code == 0, report["first_divergence"]
+    assert _final_params(runs, "powersgd") == _final_params(runs, "powersgd_plain")
+
+
+def test_another_reduce_op_is_named_with_both_ops(runs: dict[str, Path]) -> None:
+    """It was put down to the reduction order inside the collective (NCCL's), on gloo."""
+    code, report = compare_json(runs["a"], runs["max_loss"])
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["kind"], first["location"]) == (
+        0, "collective_out", "all_reduce#0",
+    )  # fmt: skip
+    assert "reduced with SUM in run A and MAX in run B" in first["origin_text"]
+    assert first["origin"] is True and first["cause"] == "configuration"
 
 
 def test_a_comm_hook_registered_late_is_recorded_as_the_runs(runs: dict[str, Path]) -> None:
@@ -247,6 +293,9 @@ def test_different_world_sizes_are_refused_unless_ranks_are_picked(runs: dict[st
     assert result.returncode == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "world size 2" in lines[0] and "with 1" in lines[0]
+    result = run_cli("compare", "--ranks", "1", str(runs["a"]), str(runs["one_rank"]))
+    assert result.returncode == 2 and "rank1 is outside" in result.stderr  # (not a killed rank)
+    assert "world size 1" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     code, report = compare_json_ranks(runs["a"], runs["one_rank"], "0")
     assert [p["process"] for p in report["processes"]] == ["rank0"]
     keys = {e["key"] for e in report["environment_differences"]}

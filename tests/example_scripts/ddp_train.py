@@ -17,6 +17,11 @@ Perturbation flags (off by default; without them two runs are bit-identical):
   --uneven                     rank r takes world_size - 1 - r more steps, inside DDP's Join
                                (ranks that ran out shadow the others' reductions; no other
                                collectives in the loop)
+  --powersgd                   DDP with the PowerSGD comm hook from step 2 (its callbacks call
+                               all_reduce on whichever thread completes the work)
+  --max-loss                   the logged loss all-reduced with ReduceOp.MAX, not the sum
+  --fsdp                       FullyShardedDataParallel(use_orig_params=True) instead of DDP
+                               (its parameters are views of a flat parameter in the forward)
 Also: --steps N, --threads N.
 """
 
@@ -34,8 +39,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.distributed.algorithms.join import Join
+from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -54,6 +60,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--late-hook", type=int, default=None)
     p.add_argument("--bucket-view", action="store_true")
     p.add_argument("--uneven", action="store_true")
+    p.add_argument("--fsdp", action="store_true")
+    p.add_argument("--powersgd", action="store_true")
+    p.add_argument("--max-loss", action="store_true")
     return p.parse_args(argv)
 
 
@@ -86,7 +95,16 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     random.seed(0)  # unused, but unseeded generators would show up as evidence in reports
     np.random.seed(0)
     model = nn.Sequential(nn.Linear(D_IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, D_OUT))
-    ddp = DistributedDataParallel(model, gradient_as_bucket_view=args.bucket_view)
+    ddp: nn.Module
+    if args.fsdp:
+        ddp = FullyShardedDataParallel(model, device_id=torch.device("cpu"), use_orig_params=True)
+    else:
+        ddp = DistributedDataParallel(model, gradient_as_bucket_view=args.bucket_view)
+    if args.powersgd:
+        state = powerSGD_hook.PowerSGDState(
+            None, matrix_approximation_rank=1, start_powerSGD_iter=2, min_compression_rate=0.5
+        )
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     seed = int.from_bytes(os.urandom(4), "little") if args.unseeded_data else 0
     sampler = DistributedSampler(dataset(), world_size, rank, shuffle=True, seed=seed)
@@ -98,17 +116,19 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     with Join([ddp]) if args.uneven else contextlib.nullcontext():
         for step in range(steps):
             train_step(rank, step, ddp, optimizer, next(batches), scale, args)
-    if rank == 0:
-        digest = hashlib.sha256()
-        for p in model.parameters():
-            digest.update(p.detach().numpy().tobytes())
-        print(f"final-params {digest.hexdigest()}", flush=True)
+    gathered = FullyShardedDataParallel.summon_full_params(ddp) if args.fsdp else None
+    with gathered or contextlib.nullcontext():  # (FSDP: every rank takes part)
+        if rank == 0:
+            digest = hashlib.sha256()
+            for p in model.parameters():
+                digest.update(p.detach().clone().numpy().tobytes())  # (FSDP frees it after)
+            print(f"final-params {digest.hexdigest()}", flush=True)
 
 
 def train_step(
     rank: int,
     step: int,
-    ddp: DistributedDataParallel,
+    ddp: nn.Module,
     optimizer: torch.optim.Optimizer,
     batch: list[torch.Tensor],
     scale: torch.Tensor,
@@ -125,7 +145,8 @@ def train_step(
     loss.backward()
     if not args.uneven:  # (a rank that ran out would not take part: only DDP's are shadowed)
         logged = loss.detach().clone()
-        dist.all_reduce(logged, async_op=True).wait()  # the mean loss, for logging
+        op = dist.ReduceOp.MAX if args.max_loss else dist.ReduceOp.SUM
+        dist.all_reduce(logged, op=op, async_op=True).wait()  # the mean loss, for logging
         # per-rank statistics, gathered and scattered back (exercises the other collectives)
         stats = torch.cat([loss.detach().reshape(1), out.detach().abs().mean().reshape(1)])
         gathered = [torch.zeros_like(stats) for _ in range(dist.get_world_size())]

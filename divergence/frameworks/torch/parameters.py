@@ -187,6 +187,9 @@ class ParameterBook:
         return handle is not None and hooks is not None and handle.hooks_dict_ref() is hooks
 
     def _hook_gradient(self, param: torch.Tensor) -> None:
+        if not param.is_leaf:  # (FSDP's use_orig_params=True parameters are views of its flat
+            return  # parameter in the forward: torch refuses the hook; their gradients are
+            # recorded as the optimizer step reads them)
         self.grad_hooks[id(param)] = param.register_post_accumulate_grad_hook(self.on_gradient)
 
     def hook_unfrozen(self) -> None:
