@@ -42,7 +42,7 @@ from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.ddp_reduction import BuiltinReduction
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
 from divergence.record.session import Session
-from divergence.store.schema import Kind, Phase
+from divergence.store.schema import REDUCE_OP, Kind, Phase
 
 # op -> (argument holding the inputs, argument holding the outputs)
 COLLECTIVES = {
@@ -62,6 +62,18 @@ COLLECTIVES = {
 }
 
 
+def reduce_op_note(op: object) -> str:
+    """The note of a collective that reduces with another op than the default sum.
+
+    >>> reduce_op_note(dist.ReduceOp.MAX), reduce_op_note(dist.ReduceOp.SUM), reduce_op_note(None)
+    ('reduce op MAX', '', '')
+    """
+    if op is None:
+        return ""
+    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    return "" if name == "SUM" else f"{REDUCE_OP}{name}"
+
+
 def _tensors(value: object) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -76,10 +88,12 @@ class DistributedProbes(Instrumentation):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.calls: dict[str, int] = {}  # op -> calls in this step (names are op#count)
-        self.waiting: dict[int, tuple[object, str, list[torch.Tensor]]] = {}  # id(work) ->
+        # id(work) -> (work, name, outputs, note)
+        self.waiting: dict[int, tuple[object, str, list[torch.Tensor], str]] = {}
         self.buckets: list[tuple[int, str, torch.Tensor]] = []  # (seq, name, reduced) to write
         self.bucket_seq = 0
         self.in_bucket_hook = False  # the hook's own all_reduce is recorded as the bucket
+        self.in_callback = threading.local()  # .depth: nesting of Future callbacks running
         self.lock = threading.Lock()
         self.hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         # DDP models whose comm hook slot holds our redo of DDP's own reduction
@@ -107,6 +121,7 @@ class DistributedProbes(Instrumentation):
         self.patch(c10d, "destroy_process_group", self._wrap_destroy)
         self.patch(dist, "destroy_process_group", _constant(c10d.destroy_process_group))
         self.patch(c10d.Work, "wait", self._wrap_wait)
+        self.patch(torch._C.Future, "then", self._wrap_then)
         self.patch(torch.autograd, "backward", self._wrap_backward)
         self._install_ddp()
         self.undo.append(register_optimizer_step_pre_hook(self._before_step).remove)
@@ -124,14 +139,14 @@ class DistributedProbes(Instrumentation):
         self.patch(DDP, "register_comm_hook", self._wrap_register_comm_hook)
         self.patch(DDP, "_register_builtin_comm_hook", self._wrap_builtin_hook)
 
-    def _add(self, kind: Kind, name: str, tensors: list[torch.Tensor]) -> None:
+    def _add(self, kind: Kind, name: str, tensors: list[torch.Tensor], note: str = "") -> None:
         s = self.session
         if not s.begin_event() or not s.wants(name):
             return
         for slot, t in enumerate(tensors):
             fingerprint = fingerprint_tensor(t)
             dump = to_host(t, fingerprint) if s.wants_dump(name) else None
-            s.add(Phase.COMMUNICATION, kind, name, fingerprint, slot, dump=dump)
+            s.add(Phase.COMMUNICATION, kind, name, fingerprint, slot, note, dump)
 
     def _next_name(self, op: str) -> str:
         count = self.calls.get(op, 0)
@@ -162,14 +177,16 @@ class DistributedProbes(Instrumentation):
     def _before_collective(
         self, op: str, signature: inspect.Signature, args: Any, kwargs: Any, source: str
     ) -> tuple[str, inspect.BoundArguments] | None:
-        if self.in_bucket_hook or not self.session.begin_event():
+        in_callback = getattr(self.in_callback, "depth", 0)
+        if self.in_bucket_hook or in_callback or not self.session.begin_event():
             return None
         bound = signature.bind(*args, **kwargs)
         name = self._next_name(op)
         # A broadcast's input on a receiving rank is a buffer about to be overwritten (often
         # uninitialised memory): only the source's input is data.
         if op != "broadcast" or _is_root(bound, "src"):
-            self._add(Kind.COLLECTIVE_IN, name, _tensors(bound.arguments.get(source)))
+            note = reduce_op_note(bound.arguments.get("op"))
+            self._add(Kind.COLLECTIVE_IN, name, _tensors(bound.arguments.get(source)), note)
         return name, bound
 
     def _after_collective(
@@ -179,11 +196,33 @@ class DistributedProbes(Instrumentation):
         outputs = _tensors(bound.arguments.get(target))
         if name.startswith("reduce#") and not _is_root(bound, "dst"):
             outputs = []  # (what a reduce leaves on the other ranks is not its result)
+        note = reduce_op_note(bound.arguments.get("op"))
         if result is None or not bound.arguments.get("async_op", False):
-            self._add(Kind.COLLECTIVE_OUT, name, outputs)
+            self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
         else:  # async: the outputs are only valid once the work is complete
             with self.lock:
-                self.waiting[id(result)] = (result, name, outputs)
+                self.waiting[id(result)] = (result, name, outputs, note)
+
+    def _wrap_then(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A Future's callback runs on whichever thread completes the work, or at once when
+        it is complete: the collectives it calls (PowerSGD's second and third all-reduce of a
+        bucket) would be recorded in one run and not in the other. They are not recorded;
+        what they make is, as the bucket's result or where the training reads it."""
+        probes = self
+
+        @functools.wraps(original)
+        def then(future: Any, callback: Callable[[Any], Any]) -> Any:
+            def in_callback(done: Any) -> Any:
+                local = probes.in_callback
+                local.depth = getattr(local, "depth", 0) + 1
+                try:
+                    return callback(done)
+                finally:
+                    local.depth -= 1
+
+            return original(future, in_callback)
+
+        return then
 
     def _wrap_wait(self, original: Callable[..., Any]) -> Callable[..., Any]:
         probes = self
@@ -201,16 +240,16 @@ class DistributedProbes(Instrumentation):
         with self.lock:
             entry = self.waiting.pop(id(work), None)
         if entry is not None and entry[0] is work:
-            self._add(Kind.COLLECTIVE_OUT, entry[1], entry[2])
+            self._add(Kind.COLLECTIVE_OUT, *entry[1:])
 
     def _flush_waiting(self) -> None:
         """Works never waited through Python (``get_future().wait()``): complete them in call
         order before the step ends (waiting again on a finished work is a no-op)."""
         with self.lock:
             entries, self.waiting = list(self.waiting.values()), {}
-        for work, name, outputs in entries:
+        for work, name, outputs, note in entries:
             work.wait()  # type: ignore[attr-defined]
-            self._add(Kind.COLLECTIVE_OUT, name, outputs)
+            self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
 
     def _before_step(self, *_: Any) -> None:
         if torch.compiler.is_compiling():  # (a lock breaks the graph: flushed when eager)
