@@ -55,6 +55,7 @@ LIST_FIELDS = (
     "ends",
     "explained",
     "writes",
+    "collectives",
 )
 COMPUTE_KINDS = (
     "output",
@@ -108,6 +109,7 @@ class Cause:
     # (hints) "environment": the reported cause names differing settings as its evidence
     explained: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()  # "at_exit": weights written after the last optimizer step
+    collectives: tuple[str, ...] = ()  # "other_op": a collective reduced with another op
     holds_for: str = ""
 
     def applies(
@@ -148,6 +150,7 @@ class Cause:
             and _holds(self.ends, facts.get("ended", ""))
             and _holds(self.explained, facts.get("explained", "no"))
             and _holds(self.writes, facts.get("write", ""))
+            and _holds(self.collectives, facts.get("collective", ""))
         )
 
 

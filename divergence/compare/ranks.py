@@ -52,7 +52,7 @@ from divergence.errors import (
 )
 from divergence.store.reader import RunFile, read_meta
 from divergence.store.run import Process, Run
-from divergence.store.schema import Kind
+from divergence.store.schema import REDUCE_OP, Kind
 from divergence.wording import counted
 
 FIRST, FOLLOWED, COMMUNICATION = "diverged first", "followed", "communication"
@@ -181,6 +181,15 @@ def pair_ranks(run_a: Run, run_b: Run, ranks: Sequence[int] | None) -> list[Pair
         unknown = sorted(wanted - keys)
         if unknown:
             raise UsageError(f"no {', '.join(unknown)} in {run_a.path} or {run_b.path}")
+        for run, size in ((run_a, size_a), (run_b, size_b)):
+            if size is None or not _has_ranks(run):
+                continue
+            outside = sorted(r for r in ranks if r >= size)
+            if outside:  # (not a file missing: no such rank ran)
+                raise UsageError(
+                    f"rank{outside[0]} is outside {run.path}'s world size {size}",
+                    hint=f"pick ranks below {size}: --ranks 0-{size - 1}",
+                )
         keys = {k for k in keys if k in wanted or k.split("-")[0] in wanted}
     return [(k, a.get(k), b.get(k)) for k in sorted(keys, key=_rank_order)]
 
@@ -393,6 +402,26 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
     divergence.origin_text = (
         f"in the communication of {name}: this rank's inputs matched, the result did not"
     )
+    ops = [
+        _reduce_op(probe.note) if probe is not None else ""
+        for probe in (divergence.a, divergence.b)
+    ]
+    if ops[0] != ops[1]:
+        divergence.origin = True
+        divergence.origin_text = (
+            f"in the reduction {name} computes: it reduced with {ops[0]} in run A and "
+            f"{ops[1]} in run B, from inputs that matched on this rank"
+        )
+        divergence.facts["collective"] = "other_op"
+
+
+def _reduce_op(note: str) -> str:
+    """The reduction a collective's note names (:data:`REDUCE_OP`), SUM when it names none.
+
+    >>> _reduce_op("reduce op MAX"), _reduce_op("")
+    ('MAX', 'SUM')
+    """
+    return note[len(REDUCE_OP) :] if note.startswith(REDUCE_OP) else "SUM"
 
 
 # --- the per-rank picture -----------------------------------------------------------------
@@ -457,10 +486,11 @@ def _role(
         )
         return FIRST, where
     d.origin = True
-    d.origin_text = (
-        f"in the communication of `{d.location}`: every rank's inputs matched, the reduced "
-        "result differs"
-    )
+    if d.facts.get("collective") != "other_op":  # (that text names the two ops)
+        d.origin_text = (
+            f"in the communication of `{d.location}`: every rank's inputs matched, the reduced "
+            "result differs"
+        )
     return COMMUNICATION, where
 
 
