@@ -28,6 +28,7 @@ from divergence.store.schema import (
     IMPORTED_GRADIENT,
     INFERENCE_CALL,
     LOSS_INPUTS,
+    SUBCLASS_SKIP,
     TARGETS,
     UNINITIALISED,
     WRITTEN_AT_EXIT,
@@ -35,9 +36,10 @@ from divergence.store.schema import (
     WRITTEN_WHOLE,
     Kind,
     Phase,
+    Status,
     note_parts,
 )
-from divergence.wording import WRITES_AFTER_TRAINING
+from divergence.wording import WRITES_AFTER_TRAINING, counted
 
 
 def explain_origin(
@@ -522,6 +524,28 @@ def _layout(divergence: Divergence) -> str:
 
 LOADER_SEED = "DataLoader epoch base seed"  # its seeds call (frameworks/torch/recorder.py)
 TF_SEED_CALLS = {"tf.random.set_seed", "keras.utils.set_random_seed"}  # (TF's global seed)
+
+
+def caveat_unseen_state(divergence: Divergence, run: RunFile) -> None:
+    """An origin claimed where weights, gradients or optimizer state before it were not
+    fingerprinted (FSDP2's DTensors): "every record before matched" does not cover them, so
+    the origin is left open and the text says where it may lie."""
+    probe = divergence.a
+    if divergence.origin is not True or probe is None:
+        return
+    records = run.records[: probe.row]
+    state = np.isin(records["kind"], (Kind.PARAM, Kind.PARAM_GRAD, Kind.OPTIM_STATE))
+    unseen = np.flatnonzero(state & (records["status"] == Status.SKIPPED))
+    rows = [i for i in unseen if run.strings[records["note"][i]].endswith(SUBCLASS_SKIP)]
+    if not rows:
+        return
+    divergence.origin = None
+    divergence.facts["unseen"] = "state"
+    divergence.origin_text += (
+        f"; but {counted(len(rows), 'record')} of weights, gradients or optimizer state before "
+        f"it, from step {records['step'][rows[0]]} on, were not fingerprinted "
+        f"({run.strings[records['note'][rows[0]]]}): the difference may have started there"
+    )
 
 
 def run_facts(meta: dict[str, object]) -> dict[str, str]:

@@ -35,7 +35,7 @@ from divergence.compare.engine import (
     script_difference,
 )
 from divergence.compare.environment import environment_differences
-from divergence.compare.explain import classify, run_facts
+from divergence.compare.explain import caveat_unseen_state, classify, run_facts
 from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
 from divergence.compare.resume import (
     aligned,
@@ -306,6 +306,7 @@ def _compare_pair(
             Kind.COLLECTIVE_OUT.label,
         ):
             explain_collective(first, file_a)
+        caveat_unseen_state(first, file_a)
         for fact, value in run_facts(file_a.meta).items():  # (a value divergence has them)
             first.facts.setdefault(fact, value)
         if resume is not None:
@@ -485,8 +486,8 @@ def _role(
             "the run again to read every rank"
         )
         return FIRST, where
-    d.origin = True
-    if d.facts.get("collective") != "other_op":  # (that text names the two ops)
+    d.origin = None if d.facts.get("unseen") else True  # (see caveat_unseen_state)
+    if d.facts.get("collective") != "other_op" and not d.facts.get("unseen"):
         d.origin_text = (
             f"in the communication of `{d.location}`: every rank's inputs matched, the reduced "
             "result differs"

@@ -141,6 +141,9 @@ BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace i
 BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
 # a parameter's record taken as the process ended: the program wrote it after its last step
 WRITTEN_AT_EXIT = "written after the last optimizer step, seen as the program ended"
+# the skip reason of a tensor subclass with its own dispatch (DTensor: FSDP2's parameters),
+# after its class name
+SUBCLASS_SKIP = "a tensor subclass with its own dispatch, not fingerprinted"
 # a collective's note (0.17.0 on) when it reduces with another op than the default sum:
 # "reduce op MAX"
 REDUCE_OP = "reduce op "

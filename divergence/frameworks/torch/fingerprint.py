@@ -27,6 +27,7 @@ from divergence.fingerprint import (
     smix64_finish,
 )
 from divergence.record.session import Fingerprint
+from divergence.store.schema import SUBCLASS_SKIP
 
 if TYPE_CHECKING:
     from divergence.frameworks.torch.fused_sum import FusedWordSum
@@ -224,7 +225,7 @@ def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor | None:
 def subclass_reason(t: torch.Tensor) -> str:
     """Why a tensor subclass with its own ``__torch_dispatch__`` (DTensor, FakeTensor, wrapper
     subclasses) is not read: any op on it, even a copy, would run its code."""
-    return f"{type(t).__name__}: a tensor subclass with its own dispatch, not fingerprinted"
+    return f"{type(t).__name__}: {SUBCLASS_SKIP}"
 
 
 def _fingerprint_functorch(t: torch.Tensor) -> Fingerprint:
