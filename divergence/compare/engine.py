@@ -881,6 +881,15 @@ def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
 
 
 def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
+    """What a report says beside its verdict about each pair of processes.
+
+    >>> p = ProcessComparison("rank1", Path("a"), Path("b"), 9, 1, 1, True, True, None, None)
+    >>> p.rng_differences = ["torch.cpu"]
+    >>> print(completeness_notes([p])[0])  # doctest: +NORMALIZE_WHITESPACE
+    rank1: generator states differ (torch.cpu) but no recorded tensor does: the draws of a
+    generator seeded otherwise (or unseeded) never reached them: not drawn from, or its
+    values overwritten (a broadcast of rank 0's weights, a checkpoint loaded)
+    """
     notes = []
     for p in processes:
         if p.first is None and p.settings_differences:
@@ -892,7 +901,9 @@ def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
         if p.first is None and p.rng_differences:
             notes.append(
                 f"{p.process}: generator states differ ({', '.join(p.rng_differences)}) "
-                "but no recorded tensor does: an unseeded generator that is not used"
+                "but no recorded tensor does: the draws of a generator seeded otherwise (or "
+                "unseeded) never reached them: not drawn from, or its values overwritten (a "
+                "broadcast of rank 0's weights, a checkpoint loaded)"
             )
         if p.first is not None and p.first.unreadable:
             continue  # (its own note says why: not a killed process)
