@@ -79,6 +79,13 @@ def compare_ranks(
         pair = _compare_pair(comparison, key, process_a, process_b, tolerant, other_scripts)
         comparison.processes.append(pair)
     comparison.notes[:0] = completeness_notes(comparison.processes)
+    comparison.notes[:0] = [
+        f"run {which}: torchrun restarted the job; the last attempt is compared, not the "
+        f"{counted(len(run.earlier_attempts), 'file')} of the earlier ones "
+        f"({', '.join(f.name for f in run.earlier_attempts[:4])})"
+        for run, which in ((run_a, "A"), (run_b, "B"))
+        if run.earlier_attempts
+    ]
     if _same_files(run_a, run_b):
         comparison.notes.insert(0, "runs A and B are the same files: compared with themselves")
     if len(comparison.processes) > 1:

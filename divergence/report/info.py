@@ -65,6 +65,8 @@ class RunSummary:
     unreadable: list[str] = field(default_factory=list)  # a multi-process run's damaged files
     # the ranks below the world size without a file: "rank1: no file (world size 2)"
     missing: list[str] = field(default_factory=list)
+    # files of the earlier attempts of a job torchrun restarted: not summarised, not compared
+    earlier_attempts: list[str] = field(default_factory=list)
 
     @property
     def damaged(self) -> bool:
@@ -87,6 +89,7 @@ class RunSummary:
             "processes": [{**p.__dict__, "path": str(p.path)} for p in self.processes],
             "unreadable": self.unreadable,
             "missing": self.missing,
+            "earlier_attempts": self.earlier_attempts,
         }
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -118,6 +121,8 @@ class RunSummary:
         for what, lines in (("unreadable", self.unreadable), ("missing", self.missing)):
             for line in lines:
                 yield Text(f"\n{what}: {line}", style="bold red")
+        for name in self.earlier_attempts:
+            yield Text(f"\nearlier attempt (torchrun restarted the job; not compared): {name}")
 
 
 def _damage(unreadable: int, missing: int) -> str:
@@ -196,7 +201,8 @@ def run_summary(path: str | Path) -> RunSummary:
                 ended_inside_step=f.ended_inside_step,
             )
         )
-    return RunSummary(Path(path), processes, unreadable, _missing_ranks(run))
+    earlier = [f.name for f in run.earlier_attempts]
+    return RunSummary(Path(path), processes, unreadable, _missing_ranks(run), earlier)
 
 
 def _failure(end: dict[str, Any]) -> dict[str, Any]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from divergence.errors import RunNotFoundError
 from divergence.store.reader import RunFile, read_meta
 
 RANK_FILE = re.compile(r"^rank(\d+)(?:-pid\d+)?\.h5$")
+RESTARTED_FILE = re.compile(r"^rank\d+-pid\d+\.h5$")  # (a rank's file where one already was)
 
 
 @dataclass
@@ -33,6 +34,8 @@ class Process:
 class Run:
     path: Path
     processes: list[Process]
+    # the files of earlier attempts of a job torchrun restarted: not compared
+    earlier_attempts: list[Path] = field(default_factory=list)
 
     @classmethod
     def open(cls, path: str | Path) -> Run:
@@ -55,10 +58,30 @@ class Run:
                 f"{path}: holds no run files (*.h5)",
                 hint="was the command recorded with 'diverge record'?",
             )
-        return cls(path=path, processes=_pair_keys(files))
+        files, earlier = _last_attempt(files)
+        return cls(path=path, processes=_pair_keys(files), earlier_attempts=earlier)
 
     def by_key(self) -> dict[str, Process]:
         return {p.key: p for p in self.processes}
+
+
+def _last_attempt(files: list[Path]) -> tuple[list[Path], list[Path]]:
+    """The files of the last attempt of a job torchrun restarted (``--max-restarts``: each
+    attempt's processes record again, with the ranks of the one before), and those of the
+    earlier attempts; every file where no attempt was restarted. Read only where a rank's
+    file was named beside an existing one (``rank<R>-pid<P>.h5``).
+
+    >>> _last_attempt([Path("rank0.h5"), Path("rank1.h5")])
+    ([PosixPath('rank0.h5'), PosixPath('rank1.h5')], [])
+    """
+    if not any(RESTARTED_FILE.match(f.name) for f in files):
+        return files, []
+    attempts = {f: _int_or_none(_distributed(f).get("restart_count")) for f in files}
+    last = max((a for a in attempts.values() if a is not None), default=None)
+    if not last:
+        return files, []
+    earlier = [f for f, a in attempts.items() if a is not None and a < last]
+    return [f for f in files if f not in earlier], earlier
 
 
 def _pair_keys(files: list[Path]) -> list[Process]:

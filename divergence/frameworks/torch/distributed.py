@@ -414,6 +414,8 @@ class DistributedProbes(Instrumentation):
         self.info["local_rank"] = _int(env.get("LOCAL_RANK"))
         self.info["local_world_size"] = _int(env.get("LOCAL_WORLD_SIZE"))
         self.info["launcher"] = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "other"
+        if "TORCHELASTIC_RESTART_COUNT" in env:  # (the attempt: torchrun --max-restarts)
+            self.info["restart_count"] = _int(env.get("TORCHELASTIC_RESTART_COUNT"))
         return {"distributed": dict(sorted(self.info.items()))}
 
 
