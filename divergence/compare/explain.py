@@ -531,7 +531,7 @@ def caveat_unseen_state(divergence: Divergence, run: RunFile) -> None:
     fingerprinted (FSDP2's DTensors): "every record before matched" does not cover them, so
     the origin is left open and the text says where it may lie."""
     probe = divergence.a
-    if divergence.origin is not True or probe is None:
+    if divergence.origin is not True or probe is None or not _reads_weights(divergence):
         return
     records = run.records[: probe.row]
     state = np.isin(records["kind"], (Kind.PARAM, Kind.PARAM_GRAD, Kind.OPTIM_STATE))
@@ -541,11 +541,36 @@ def caveat_unseen_state(divergence: Divergence, run: RunFile) -> None:
         return
     divergence.origin = None
     divergence.facts["unseen"] = "state"
+    were = "was" if len(rows) == 1 else "were"
     divergence.origin_text += (
         f"; but {counted(len(rows), 'record')} of weights, gradients or optimizer state before "
-        f"it, from step {records['step'][rows[0]]} on, were not fingerprinted "
+        f"it, from step {records['step'][rows[0]]} on, {were} not fingerprinted "
         f"({run.strings[records['note'][rows[0]]]}): the difference may have started there"
     )
+
+
+def _reads_weights(divergence: Divergence) -> bool:
+    """Whether unseen weights could explain this origin: a computed value (not a setting, a
+    reduce op that differs, or a write after training)."""
+    if divergence.facts.get("collective") == "other_op" or divergence.facts.get("write"):
+        return False
+    computed = divergence.kind in COMPUTED_KINDS
+    updated = divergence.kind in (Kind.PARAM.label, Kind.OPTIM_STATE.label)
+    return computed or (updated and divergence.phase == Phase.OPTIMIZER.label)
+
+
+COMPUTED_KINDS = {
+    kind.label
+    for kind in (
+        Kind.OUTPUT,
+        Kind.OP_OUTPUT,
+        Kind.LOSS,
+        Kind.GRAD_OUTPUT,
+        Kind.PARAM_GRAD,
+        Kind.COLLECTIVE_IN,
+        Kind.COLLECTIVE_OUT,
+    )
+}
 
 
 def run_facts(meta: dict[str, object]) -> dict[str, str]:

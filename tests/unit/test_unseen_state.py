@@ -41,5 +41,8 @@ def test_an_origin_after_unseen_weights_is_left_open(tmp_path: Path) -> None:
         first = compare_ranks(a, b).processes[0].first
         assert first is not None and (first.step, first.kind) == (1, "collective_in")
         assert first.origin is origin, unseen
-        said = "from step 0 on, were not fingerprinted (DTensor: " in first.origin_text
+        said = (
+            "1 record of weights, gradients or optimizer state before it, from step 0 on, was"
+            in (first.origin_text)
+        )
         assert said == (origin is None)

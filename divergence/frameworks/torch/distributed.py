@@ -67,10 +67,15 @@ def reduce_op_note(op: object) -> str:
 
     >>> reduce_op_note(dist.ReduceOp.MAX), reduce_op_note(dist.ReduceOp.SUM), reduce_op_note(None)
     ('reduce op MAX', '', '')
+    >>> reduce_op_note(dist.ReduceOp(dist.ReduceOp.AVG))  # (an instance: its .op is the type)
+    'reduce op AVG'
     """
     if op is None:
         return ""
-    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    kind = getattr(op, "op", op)  # (a ReduceOp instance, PREMUL_SUM's with its factor)
+    name = getattr(kind, "name", None)
+    if not isinstance(name, str):  # (never the object's repr: its address changes per run)
+        name = type(op).__name__
     return "" if name == "SUM" else f"{REDUCE_OP}{name}"
 
 
@@ -122,6 +127,7 @@ class DistributedProbes(Instrumentation):
         self.patch(dist, "destroy_process_group", _constant(c10d.destroy_process_group))
         self.patch(c10d.Work, "wait", self._wrap_wait)
         self.patch(torch._C.Future, "then", self._wrap_then)
+        self.patch(torch._C.Future, "add_done_callback", self._wrap_then)
         self.patch(torch.autograd, "backward", self._wrap_backward)
         self._install_ddp()
         self.undo.append(register_optimizer_step_pre_hook(self._before_step).remove)
@@ -204,10 +210,11 @@ class DistributedProbes(Instrumentation):
                 self.waiting[id(result)] = (result, name, outputs, note)
 
     def _wrap_then(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """A Future's callback runs on whichever thread completes the work, or at once when
-        it is complete: the collectives it calls (PowerSGD's second and third all-reduce of a
-        bucket) would be recorded in one run and not in the other. They are not recorded;
-        what they make is, as the bucket's result or where the training reads it."""
+        """``Future.then`` and ``add_done_callback``: a callback runs on whichever thread
+        completes the work, or at once when it is complete: the collectives it calls
+        (PowerSGD's second and third all-reduce of a bucket) would be recorded in one run and
+        not in the other. They are not recorded; what they make is, as the bucket's result or
+        where the training reads it."""
         probes = self
 
         @functools.wraps(original)

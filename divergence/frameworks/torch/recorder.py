@@ -523,7 +523,9 @@ class TorchRecorder(Instrumentation):
             self._add_if_written(Phase.FORWARD, name, param)
 
     def _bare_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The bare parameters still in their optimizers' slots, with their names."""
+        """The bare parameters still in their optimizers' slots, with their names (the slots
+        of freed optimizers are dropped: a loop that makes one per iteration)."""
+        self.bare_slots = [slot for slot in self.bare_slots if slot[0]() is not None]
         for ref, g, i in self.bare_slots:
             optimizer = ref()
             groups = [] if optimizer is None else optimizer.param_groups
