@@ -31,6 +31,7 @@ from divergence.store.schema import (
     SUBCLASS_SKIP,
     TARGETS,
     UNINITIALISED,
+    UNREAD_AT_TRACE,
     WRITTEN_AT_EXIT,
     WRITTEN_BUFFER,
     WRITTEN_WHOLE,
@@ -536,7 +537,7 @@ def caveat_unseen_state(divergence: Divergence, run: RunFile) -> None:
     records = run.records[: probe.row]
     state = np.isin(records["kind"], (Kind.PARAM, Kind.PARAM_GRAD, Kind.OPTIM_STATE))
     unseen = np.flatnonzero(state & (records["status"] == Status.SKIPPED))
-    rows = [i for i in unseen if run.strings[records["note"][i]].endswith(SUBCLASS_SKIP)]
+    rows = [i for i in unseen if _unseen_value(run.strings[records["note"][i]])]
     if not rows:
         return
     divergence.origin = None
@@ -547,6 +548,12 @@ def caveat_unseen_state(divergence: Divergence, run: RunFile) -> None:
         f"it, from step {records['step'][rows[0]]} on, {were} not fingerprinted "
         f"({run.strings[records['note'][rows[0]]]}): the difference may have started there"
     )
+
+
+def _unseen_value(note: str) -> bool:
+    """Whether a skip reason hides a value the runs computed: a DTensor's, or a Keras initial
+    value a traced step built (not, say, a tensor the recorder chose to skip)."""
+    return note.endswith(SUBCLASS_SKIP) or note.startswith(UNREAD_AT_TRACE)
 
 
 def _reads_weights(divergence: Divergence) -> bool:

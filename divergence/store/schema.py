@@ -144,6 +144,8 @@ WRITTEN_AT_EXIT = "written after the last optimizer step, seen as the program en
 # the skip reason of a tensor subclass with its own dispatch (DTensor: FSDP2's parameters),
 # after its class name
 SUBCLASS_SKIP = "a tensor subclass with its own dispatch, not fingerprinted"
+# how the skip reason of a Keras variable first built inside a traced step starts
+UNREAD_AT_TRACE = "initial value unreadable at trace time"
 # a collective's note (0.17.0 on) when it reduces with another op than the default sum:
 # "reduce op MAX"
 REDUCE_OP = "reduce op "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind
@@ -17,11 +18,21 @@ from divergence.store.schema import Kind
 LOOP = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_restore_loop.py"
 
 
+@pytest.mark.parametrize("dropout", ["0", "1"])
 def test_an_eager_loop_and_the_same_loop_traced_compare_identical(
-    keras_cli: Any, tmp_path: Path
+    keras_cli: Any, tmp_path: Path, dropout: str
 ) -> None:
-    code, report = keras_cli.compare_pair(tmp_path, LOOP, envs=({"TRACED": "0"}, {"TRACED": "1"}))
-    assert code == 0, report["first_divergence"]
+    """With a Dropout layer too: its seed generator's initial state is read before its first
+    call draws from it (the eager run read it after, and the runs parted at that init record).
+    On a 2-core Xeon the traced loss then takes other last bits at step 3: a real difference
+    tracing made, found where it arises (another CPU may compute both alike)."""
+    envs = ({"TRACED": "0", "DROPOUT": dropout}, {"TRACED": "1", "DROPOUT": dropout})
+    code, report = keras_cli.compare_pair(tmp_path, LOOP, envs=envs)
+    first = report["first_divergence"]
+    if dropout == "1" and code == 1:
+        assert (first["reason"], first["phase"]) == ("value", "backward"), first
+        return
+    assert code == 0, first
     eager = RunFile.open(next((tmp_path / "a").glob("*.h5")))
     batches = np.flatnonzero(eager.kinds == Kind.BATCH)
     assert [eager.strings[eager.records["name"][i]] for i in batches] == ["sequential"] * 4

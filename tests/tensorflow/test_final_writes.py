@@ -89,11 +89,13 @@ def test_weights_restored_then_evaluated_are_named_before_the_evaluation(
     assert first["cause"] == "parameters" and "evaluate()" in first["cause_text"]
 
 
-@pytest.mark.parametrize("traced", ["0", "1"])
+@pytest.mark.parametrize(("traced", "head"), [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")])
 def test_weights_set_after_a_custom_loop_are_named(
-    keras_cli: Any, tmp_path: Path, traced: str
+    keras_cli: Any, tmp_path: Path, traced: str, head: str
 ) -> None:
-    envs = ({"TRACED": traced}, {"TRACED": traced, "RESTORE": "1"})
+    """Also where another optimizer updated its own model after (HEAD=1): the restored model's
+    last update was not the program's last."""
+    envs = ({"TRACED": traced, "HEAD": head}, {"TRACED": traced, "HEAD": head, "RESTORE": "1"})
     code, report = keras_cli.compare_pair(tmp_path, LOOP, envs=envs)
     assert code == 1
     _assert_written_at_exit(report["first_divergence"], "B")

@@ -44,7 +44,6 @@ from divergence.frameworks.tensorflow.fingerprint import (
     dtype_name,
     finish,
     readable,
-    smix64_fingerprint,
     word_sum_int64,
 )
 from divergence.frameworks.tensorflow.metadata import tf_metadata
@@ -81,6 +80,7 @@ from divergence.store.schema import (
     INFERENCE_CALL,
     LOSS_INPUTS,
     MAX_DIMS,
+    UNREAD_AT_TRACE,
     WRITTEN_AT_EXIT,
     Kind,
     Phase,
@@ -163,16 +163,15 @@ class KerasRecorder(Instrumentation):
         self.compiled_as: dict[str, str] = {}  # model name -> the compile settings last recorded
         # id(model) -> its variables' fingerprints as its last fit() ended (their last
         # records' where a write at its end, restore_best_weights, has not been recorded yet)
-        self.fit_end_prints: dict[int, dict[int, tuple[str, object]]] = {}
-        # variable name -> (the step of its last update, its last recorded value: an int or
-        # an eager Pending) and the variable: what the program wrote after the last update is
-        # recorded at exit (see add_written_at_exit)
-        self.updated: dict[str, tuple[int, object]] = {}
+        self.fit_ends: dict[int, FitEnd] = {}
+        # variable name -> its last recorded value after an update (an int or an eager
+        # Pending; dropped when an update of it goes unrecorded) and the variable: what the
+        # program wrote after its last update is recorded at exit (see add_written_at_exit)
+        self.updated: dict[str, object] = {}
         self.updated_variables: dict[str, weakref.ref[Any]] = {}
-        self.last_update_step = -1  # the step the last optimizer update closed
-        # name -> (last_update_step, its value) as a fit() ended with it written (a model freed
-        # before exit, a main() that returns, is read from here)
-        self.fit_end_writes: dict[str, tuple[int, Fingerprint]] = {}
+        # name -> its value as a fit() ended with it written since its last update (a model
+        # freed before exit, in a main() that returned, is read from here)
+        self.fit_end_writes: dict[str, Fingerprint] = {}
         # the program's own tf.random.Generator objects, in the order they were made (named
         # tf.random.Generator, tf.random.Generator#1, ...): their states are rng records
         self.generators: list[tuple[weakref.ref[Any], str]] = []
@@ -202,6 +201,23 @@ class KerasRecorder(Instrumentation):
 
     def _patch_layer(self, module: ModuleType) -> None:
         self.patch(module.Layer, "__call__", self._wrap_layer_call)
+        self.patch(module.Layer, "_maybe_build", self._wrap_maybe_build)
+
+    def _wrap_maybe_build(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Keras builds a layer in its first call, before running it: its initial values are
+        read then (:meth:`_read_init`), if it is the layer being entered."""
+        recorder = self
+
+        @functools.wraps(original)
+        def _maybe_build(layer: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(layer, *args, **kwargs)
+            ref, name = recorder.layer_names.get(id(layer), (None, ""))
+            entered = ref is not None and ref() is layer and recorder.stack[-1:] == [name]
+            if entered and id(layer) not in recorder.init_done and recorder.mode() is not None:
+                recorder.guard(recorder._read_init)(layer, name)
+            return result
+
+        return _maybe_build
 
     def _patch_optimizer(self, module: ModuleType) -> None:
         self.patch(module.BaseOptimizer, "apply", self._wrap_apply)
@@ -354,6 +370,8 @@ class KerasRecorder(Instrumentation):
             name = type(layer).__name__
         self.stack.append(name)
         self.guard(self._record_inputs)(name, root, mode, args, kwargs, type(layer).__name__)
+        if getattr(layer, "built", False) and id(layer) not in self.init_done:
+            self.guard(self._read_init)(layer, name)
         return name
 
     def _record_inputs(
@@ -377,9 +395,10 @@ class KerasRecorder(Instrumentation):
         # it; a call without it (fit on a model whose call has no training argument, model(x)
         # in a tape loop) may be training, and a tensor flag is not known here
         note = INFERENCE_CALL if root and kwargs.get("training") is False else ""
-        # (a tf.function converts numpy arguments to tensors; an eager call gets them as they
-        # are: a batch of numpy arrays is recorded as the tensor Keras makes of it)
-        given = (args, kwargs) if mode == GRAPH or not root else _numpy_as_tensors((args, kwargs))
+        # (a tf.function converts numpy arguments to tensors, of their own dtype; an eager call
+        # gets them as they are: a batch of numpy arrays is recorded as such a tensor)
+        eager_root = mode == EAGER and root and s.wants(name)
+        given = _numpy_as_tensors((args, kwargs)) if eager_root else (args, kwargs)
         keys, tensors = keyed_tensors_of(given)
         if mode == GRAPH and not root and _fuses(layer_type, tensors):
             self.note(FUSION_NOTE)
@@ -430,21 +449,28 @@ class KerasRecorder(Instrumentation):
             {k: v for k, v in naming.variable_names(root, name).items() if k not in self.var_names}
         )
 
-    def _record_init(self, layer: Any, name: str, mode: str) -> None:
-        """The layer's own variables when it first returns: built, and not yet trained. Read
-        now; inside a trace, written when the traced code runs, in its place among the graph
-        probes (after the layer's inputs, before its output, as an eager call records them),
-        so an eager loop and the same loop in ``tf.function`` record alike. Until written, each
-        trace that calls the layer places them (Keras may trace a step twice and run the
-        second trace only)."""
-        s = self.session
-        pending = self.init_pending.get(id(layer))
-        if id(layer) not in self.init_done:
-            self.init_done.add(id(layer))
-            if not s.begin_event():
-                return
-            pending = self.init_pending[id(layer)] = []
+    def _read_init(self, layer: Any, name: str) -> None:
+        """The layer's own variables before its first call changes any (a BatchNormalization's
+        moving statistics, a Dropout's seed generator): read as it is entered built, or right
+        after Keras builds it in that call; kept until it returns (:meth:`_record_init`)."""
+        if id(layer) in self.init_done:
+            return
+        self.init_done.add(id(layer))
+        if self.session.begin_event():
+            pending: list[tuple[Any, ...]] = []
+            self.init_pending[id(layer)] = pending
             self._add_init(layer, name, lambda *entry: pending.append(entry))
+
+    def _record_init(self, layer: Any, name: str, mode: str) -> None:
+        """The layer's own variables as its first call returns: read before it
+        (:meth:`_read_init`); inside a trace, written when the traced code runs, in their place
+        among the graph probes (after the layer's inputs, before its output, as an eager call
+        records them), so an eager loop and the same loop in ``tf.function`` record alike.
+        Until written, each trace that calls the layer places them (Keras may trace a step
+        twice and run the second trace only)."""
+        s = self.session
+        self._read_init(layer, name)  # (a layer Keras did not build through _maybe_build)
+        pending = self.init_pending.get(id(layer))
         if not pending:
             return
         if mode == GRAPH:
@@ -468,8 +494,13 @@ class KerasRecorder(Instrumentation):
                 try:
                     value = tf.convert_to_tensor(raw_variable(variable))
                 except Exception as exc:  # created inside this trace: no value yet
-                    reason = f"initial value unreadable at trace time: {type(exc).__name__}"
+                    reason = f"{UNREAD_AT_TRACE}: {type(exc).__name__}"
                     add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", (), reason))
+                    continue
+                if tuple(value.shape) != tuple(variable.shape):  # (a placeholder's)
+                    shape = tuple(int(d or 0) for d in variable.shape)
+                    reason = f"{UNREAD_AT_TRACE}: not yet assigned"
+                    add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", shape, reason))
                     continue
                 self.record(EAGER, Phase.INIT, Kind.PARAM, full, [value], add=add)
 
@@ -615,6 +646,8 @@ class KerasRecorder(Instrumentation):
 
     def after_apply(self, mode: str, optimizer: Any, variables: list[Any]) -> None:
         s = self.session
+        if mode == EAGER and not s.begin_event():
+            self._forget_updates([self.var_name(v) for v in variables])  # (not recorded)
         if mode == GRAPH or s.begin_event():
             self._record_settings(mode, optimizer)
             slots = naming.optimizer_slots(optimizer, variables)
@@ -624,7 +657,7 @@ class KerasRecorder(Instrumentation):
                 self.record(mode, Phase.OPTIMIZER, Kind.PARAM, name, [value])
                 self.updated_variables[name] = weakref.ref(variable)
                 if mode == EAGER and (fingerprint := self.eager_cache.get(value.ref())):
-                    self.updated[name] = (s.step, fingerprint.value)
+                    self._note_update(name, fingerprint.value)
                 for label, slot in slots.get(id(variable), []):
                     self.record(
                         mode,
@@ -636,7 +669,6 @@ class KerasRecorder(Instrumentation):
             self._record_wrapper_state(mode, optimizer)  # (a LossScaleOptimizer's scale)
             self._record_buffers(mode, {id(v) for v in variables})
         if mode == EAGER:
-            self.last_update_step = s.step
             s.optimizer_stepped()
         else:
             self.table.event(ProbeSpec(Phase.MARKER, Kind.INVALID, "", 0, "", 0, EVENT_STEPPED))
@@ -735,9 +767,12 @@ class KerasRecorder(Instrumentation):
                     dump = to_host(spec.dump.read_value())
                 s.add(spec.phase, spec.kind, spec.name, fingerprint, spec.slot, spec.note, dump)
                 if spec.kind == Kind.PARAM and spec.phase == Phase.OPTIMIZER:
-                    self.updated[spec.name] = (s.step, value)
+                    self._note_update(spec.name, value)
+        else:  # (updates outside --steps: their last records are stale)
+            self._forget_updates(
+                [spec.name for spec, _, _ in fired if (spec.kind, spec.phase) == UPDATE]
+            )
         if EVENT_STEPPED in events:
-            self.last_update_step = s.step
             s.optimizer_stepped()
 
     # --- fit, seeds, RNG, probes ----------------------------------------------------------
@@ -766,7 +801,10 @@ class KerasRecorder(Instrumentation):
 
         @functools.wraps(original)
         def inference(model: Any, *args: Any, **kwargs: Any) -> Any:
-            if not recorder.fitting:
+            fit_end = recorder.fit_ends.get(id(model))
+            if not recorder.fitting and fit_end is not None and not fit_end.inferred:
+                fit_end.inferred = True  # (once after each fit: a predict() loop reads all
+                # the weights at every call otherwise; a next fit() looks again)
                 recorder.guard(recorder._record_weights_written_since_fit)(model)
             return original(model, *args, **kwargs)
 
@@ -838,28 +876,36 @@ class KerasRecorder(Instrumentation):
         for key, (name, now) in self._weight_prints(model).items():
             recorded = self._last_update_value(name)
             if recorded is not None and recorded != now.value:
-                self.fit_end_writes[name] = (self.last_update_step, now)
+                self.fit_end_writes[name] = now
                 ended[key] = (name, recorded)
             else:
                 ended[key] = (name, now.value)
-        self.fit_end_prints[id(model)] = ended
+        self.fit_ends[id(model)] = FitEnd(weakref.ref(model), ended)
+
+    def _note_update(self, name: str, value: object) -> None:
+        self.updated[name] = value
+        self.fit_end_writes.pop(name, None)
+
+    def _forget_updates(self, names: list[str]) -> None:
+        for name in names:
+            self.updated.pop(name, None)
+            self.fit_end_writes.pop(name, None)
 
     def _weight_prints(self, model: Any) -> dict[int, tuple[str, Fingerprint]]:
-        """``id(variable) -> (name, fingerprint)`` of the model's named variables (one sync:
-        read at a fit's boundary only)."""
-        prints = {}
+        """``id(variable) -> (name, fingerprint)`` of the model's named variables (one host
+        copy for all: read at a fit's boundary only)."""
+        named = []
         for variable in getattr(model, "weights", None) or []:
             name = self.var_names.get(id(variable))
             if name is not None and not name.startswith("?") and self.session.wants(name):
-                prints[id(variable)] = (name, _host_fingerprint(read_variable(variable)))
-        return prints
+                named.append((id(variable), name, read_variable(variable)))
+        prints = _host_fingerprints([t for _, _, t in named])
+        return {key: (name, p) for (key, name, _), p in zip(named, prints, strict=True)}
 
     def _last_update_value(self, name: str) -> int | None:
-        """The value the last optimizer update recorded for variable ``name``; None when that
-        update did not record it (another optimizer's variable, a step outside --steps)."""
-        step, value = self.updated.get(name, (None, None))
-        if step != self.last_update_step:
-            return None
+        """The value the last recorded update of variable ``name`` left (None: never
+        recorded, or updated since outside --steps)."""
+        value = self.updated.get(name)
         if isinstance(value, Pending):
             return resolve_pending([value])[0]
         return value if isinstance(value, int) else None
@@ -892,8 +938,7 @@ class KerasRecorder(Instrumentation):
         variable = ref() if ref is not None else None
         if variable is not None:
             return _host_fingerprint(read_variable(variable))
-        step, ended = self.fit_end_writes.get(name, (None, None))
-        return ended if step == self.last_update_step else None
+        return self.fit_end_writes.get(name)
 
     def _record_weights_written_since_fit(self, model: Any) -> None:
         """The model's variables written since their last record as its last ``fit()`` ended
@@ -902,17 +947,18 @@ class KerasRecorder(Instrumentation):
         ``predict()`` starts, in the forward phase as a torch parameter written outside an
         optimizer is: the write is named there, not at the first layer that reads the weights.
         (Variables the recorder has not named, never recorded before, are left out.)"""
-        ended = self.fit_end_prints.get(id(model))
+        fit_end = self.fit_ends.get(id(model))
         s = self.session
-        if ended is None or not s.begin_event():
+        if fit_end is None or fit_end.model() is not model or not s.begin_event():
             return
+        ended = fit_end.prints
         variables = {id(v): v for v in getattr(model, "weights", None) or []}
         for key, (name, now) in self._weight_prints(model).items():
             if ended.get(key, (name, now.value))[1] != now.value:
                 self.record(EAGER, Phase.FORWARD, Kind.PARAM, name, [read_variable(variables[key])])
                 ended[key] = (name, now.value)  # (its last record now: not written again
                 if name in self.updated:  # at a next evaluate() or at exit)
-                    self.updated[name] = (self.updated[name][0], now.value)
+                    self.updated[name] = now.value
 
     def _record_compile_settings(self, model: Any) -> None:
         """What ``compile()`` set that changes the training (the loss and its weights, XLA,
@@ -1067,8 +1113,34 @@ def _numpy_as_tensors(value: object) -> object:
 
 def _host_fingerprint(t: tf.Tensor) -> Fingerprint:
     """A tensor's fingerprint, computed now (one host copy)."""
-    shape = tuple(int(d) for d in t.shape)
-    return Fingerprint(smix64_fingerprint(t), dtype_name(t.dtype), shape, Algorithm.SMIX64_SUM)
+    return _host_fingerprints([t])[0]
+
+
+def _host_fingerprints(tensors: list[tf.Tensor]) -> list[Fingerprint]:
+    """The tensors' fingerprints, computed now, with one host copy for all of them."""
+    if not tensors:
+        return []
+    totals = tf.stack([word_sum_int64(t) for t in tensors]).numpy()
+    prints = []
+    for t, total in zip(tensors, totals, strict=True):
+        name, shape = dtype_name(t.dtype), tuple(int(d) for d in t.shape)
+        prints.append(
+            Fingerprint(finish(int(total), name, shape), name, shape, Algorithm.SMIX64_SUM)
+        )
+    return prints
+
+
+@dataclasses.dataclass
+class FitEnd:
+    """A model as its last ``fit()`` ended: ``prints`` (``id(variable) -> (name, value)``),
+    and whether an ``evaluate()`` or ``predict()`` since looked for writes."""
+
+    model: weakref.ref[Any]
+    prints: dict[int, tuple[str, object]]
+    inferred: bool = False
+
+
+UPDATE = (Kind.PARAM, Phase.OPTIMIZER)  # (a variable's record after an update)
 
 
 def _fuses(layer_type: str, inputs: list[Any]) -> bool:
