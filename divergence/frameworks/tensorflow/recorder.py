@@ -911,19 +911,23 @@ class KerasRecorder(Instrumentation):
         return value if isinstance(value, int) else None
 
     def add_written_at_exit(self) -> None:
-        """As the process ends: the variables the last optimizer update wrote that the program
-        wrote again since (``EarlyStopping(restore_best_weights=True)``, ``set_weights()`` or
-        ``load_weights()`` of the best checkpoint after the loop), in the optimizer phase, noted
-        so (:data:`WRITTEN_AT_EXIT`) and appended to that step, as the torch recorder does:
-        no layer call follows such a write, and two runs that end with other weights would
-        compare identical. A variable freed before the end (a ``main()`` that returned) is
-        seen as its last ``fit()`` ended."""
-        written = {}
-        for name in self.updated:
-            recorded = self._last_update_value(name)
-            now = self._value_now(name) if recorded is not None else None
-            if now is not None and now.value != recorded:
-                written[name] = now
+        """As the process ends: the variables an update wrote (and the recorder recorded)
+        that the program wrote again since (``EarlyStopping(restore_best_weights=True)``,
+        ``set_weights()`` or ``load_weights()`` of the best checkpoint after the loop), in the
+        optimizer phase, noted so (:data:`WRITTEN_AT_EXIT`) and appended to the last step, as
+        the torch recorder does: no layer call follows such a write, and two runs that end with
+        other weights would compare identical. A variable freed before the end (a ``main()``
+        that returned) is seen as its last ``fit()`` ended. One host copy for all."""
+        names = list(self.updated)
+        recorded = _resolved([self.updated[name] for name in names])
+        live = {n: v for n in names if (v := _alive(self.updated_variables.get(n))) is not None}
+        prints = _host_fingerprints([read_variable(v) for v in live.values()])
+        now = {**self.fit_end_writes, **dict(zip(live, prints, strict=True))}
+        written = {
+            name: now[name]
+            for name, value in zip(names, recorded, strict=True)
+            if isinstance(value, int) and name in now and now[name].value != value
+        }
         s = self.session
         begin = s.open_at_exit() if written else None
         if begin is None:
@@ -932,13 +936,6 @@ class KerasRecorder(Instrumentation):
             if begin():
                 s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)
         s.close_continued_step()
-
-    def _value_now(self, name: str) -> Fingerprint | None:
-        ref = self.updated_variables.get(name)
-        variable = ref() if ref is not None else None
-        if variable is not None:
-            return _host_fingerprint(read_variable(variable))
-        return self.fit_end_writes.get(name)
 
     def _record_weights_written_since_fit(self, model: Any) -> None:
         """The model's variables written since their last record as its last ``fit()`` ended
@@ -1111,9 +1108,18 @@ def _numpy_as_tensors(value: object) -> object:
     )
 
 
-def _host_fingerprint(t: tf.Tensor) -> Fingerprint:
-    """A tensor's fingerprint, computed now (one host copy)."""
-    return _host_fingerprints([t])[0]
+def _resolved(values: list[object]) -> list[object]:
+    """``values`` with their eager Pending sums resolved, in one host copy."""
+    pending = [i for i, value in enumerate(values) if isinstance(value, Pending)]
+    done = list(values)
+    if pending:
+        for i, value in zip(pending, resolve_pending([values[i] for i in pending]), strict=True):
+            done[i] = value
+    return done
+
+
+def _alive(ref: weakref.ref[Any] | None) -> Any:
+    return None if ref is None else ref()
 
 
 def _host_fingerprints(tensors: list[tf.Tensor]) -> list[Fingerprint]:
