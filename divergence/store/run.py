@@ -81,7 +81,8 @@ def _last_attempt(files: list[Path]) -> tuple[list[Path], list[Path]]:
     if not last:
         return files, []
     earlier = [f for f, a in attempts.items() if a is not None and a < last]
-    return [f for f in files if f not in earlier], earlier
+    superseded = set(earlier)
+    return [f for f in files if f not in superseded], earlier
 
 
 def _pair_keys(files: list[Path]) -> list[Process]:
