@@ -15,7 +15,7 @@ import numpy as np
 from divergence.compare.environment import CALL_LISTS
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
-from divergence.record.hyperparameters import differing_settings
+from divergence.record.hyperparameters import differing_settings, settings_of
 from divergence.store.reader import RunFile, step_bounds
 from divergence.store.schema import (
     BARE_TENSOR,
@@ -122,6 +122,7 @@ def _explain_kind(
     elif kind in (Kind.OUTPUT, Kind.INPUT):
         if kind == Kind.OUTPUT:
             _explain_output(divergence, run, row, same_step, previous, other)
+            _note_layer(divergence, run, name)
         else:
             _explain_input(divergence, run, row, same_step, other)
         if records["phase"][row] == Phase.BACKWARD:  # only a recomputed forward has these
@@ -138,6 +139,7 @@ def _explain_kind(
         )
         grads = [int(i) for i in same_step if run.records["kind"][i] == Kind.GRAD_OUTPUT]
         divergence.origin_text += _hooks_after(run, grads[-1], other) if grads else ""
+        _note_reading_layer(divergence, run, same_step)
     elif kind == Kind.PARAM_GRAD and divergence.phase == Phase.OPTIMIZER.label:
         _explain_edited_gradient(divergence, run, same_step)
     elif kind == Kind.HYPERPARAM:
@@ -146,6 +148,7 @@ def _explain_kind(
         module = name.rsplit(".", 1)[0] if "." in name else name
         divergence.origin = _has(run, same_step, Kind.GRAD_OUTPUT, module) or None
         divergence.origin_text = f"in the backward of {_code(module)} (gradient of {_code(name)})"
+        _note_layer(divergence, run, module)
     elif kind == Kind.PARAM and divergence.phase in WRITE_PHASES:
         divergence.origin = True
         if run.meta.get("framework") == "tensorflow":  # (recorded as a later fit() starts)
@@ -830,6 +833,50 @@ def _has(
     return bool(found.any())
 
 
+def _note_layer(divergence: Divergence, run: RunFile, module: str) -> None:
+    """``facts["layer"]``: the class of ``module`` (``Conv2d``), for the causes that name a
+    layer's kernels; nothing for a module not of torch's own."""
+    layer = _layer_class(run, module)
+    if layer:
+        divergence.facts["layer"] = layer
+
+
+def _note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
+    """For the gradient flowing into a module's output: the backward of the layer that read
+    that output computed it. ``facts["layer"]`` (and ``reader``) when exactly one of torch's
+    own layers took the output as its input in this step (matched by fingerprint)."""
+    records = run.records[same_step]
+    module_ids = _string_ids(run, divergence.location)
+    output = (
+        (records["kind"] == Kind.OUTPUT)
+        & np.isin(records["name"], module_ids)
+        & (records["slot"] == divergence.slot)
+    )
+    if not output.any():
+        return
+    fingerprint = records["fp"][np.flatnonzero(output)[-1]]
+    readers = records["name"][(records["kind"] == Kind.INPUT) & (records["fp"] == fingerprint)]
+    names = {run.strings[i] for i in set(readers.tolist()) - set(module_ids)}
+    layers = {name: layer for name in names if (layer := _layer_class(run, name))}
+    if len(layers) == 1:
+        [(reader, layer)] = layers.items()
+        divergence.facts.update(layer=layer, reader=reader)
+
+
+def _layer_class(run: RunFile, module: str) -> str:
+    """The class of ``module`` (``Conv2d``), read from the settings its ``init`` hyperparam
+    record holds (torch's own modules, 0.18.0 on), or ""."""
+    records = run.records
+    settings = np.flatnonzero(
+        (records["kind"] == Kind.HYPERPARAM)
+        & (records["phase"] == Phase.INIT)
+        & np.isin(records["name"], _string_ids(run, module))
+    )
+    if not settings.size:
+        return ""
+    return settings_of(run.strings[records["note"][settings[0]]]).get("class", "").strip("'")
+
+
 def _string_ids(run: RunFile, text: str) -> list[int]:
     """The ids ``run`` stores ``text`` under (one, or none; a list, as ``np.isin`` takes)."""
     return [i for i, s in enumerate(run.strings) if s == text]
@@ -1002,7 +1049,14 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
     elif d.reason == "structure" and d.a is not None and d.b is not None:
         lines.append(f"run A recorded {d.a.label}, run B {d.b.label} at {where}")
     elif d.origin:
-        lines.append(f"`{d.location}` {d.kind.replace('_', ' ')}: inputs matched, output did not")
+        layer, reader, device = d.facts.get("layer"), d.facts.get("reader"), d.facts.get("device")
+        owner = ""
+        if layer:
+            by = f"read by `{reader}`, " if reader else "of "
+            owner = f" ({by}a {layer} on {device or 'cpu'})"
+        lines.append(
+            f"`{d.location}` {d.kind.replace('_', ' ')}{owner}: inputs matched, output did not"
+        )
     if not environment and cause is not None and cause.cause == "compute":
         lines.append("the runs' recorded settings are identical")
     return lines

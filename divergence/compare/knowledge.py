@@ -34,6 +34,7 @@ LIST_FIELDS = (
     "phases",
     "env",
     "ops",
+    "layers",
     "devices",
     "frameworks",
     "str_hashes",
@@ -85,6 +86,8 @@ class Cause:
     phases: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()  # globs over the origin op (op-level runs): "aten.index_add*"
+    # globs over the class of the origin's module (module level, torch's own): "Conv*"
+    layers: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()  # globs over the device type: "cuda", "cpu"
     frameworks: tuple[str, ...] = ()  # "torch", "tensorflow"
     str_hashes: tuple[str, ...] = ()  # "random" (PYTHONHASHSEED unset) or "fixed"
@@ -129,6 +132,7 @@ class Cause:
             and (not self.phases or phase in self.phases)
             and (not self.env or any(fnmatchcase(k, g) for k in env for g in self.env))
             and _holds(self.ops, facts.get("op", ""))
+            and _holds(self.layers, facts.get("layer", ""))
             and _holds(self.devices, facts.get("device", ""))
             and _holds(self.frameworks, facts.get("framework", ""))
             and _holds(self.str_hashes, facts.get("str_hash", ""))

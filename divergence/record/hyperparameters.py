@@ -135,11 +135,16 @@ def _sequence(value: object, texts: list[str]) -> str:
 def differing_settings(text_a: str, text_b: str) -> list[tuple[str, str, str]]:
     """``(key, value in A, value in B)`` for each setting whose text differs (a key only one
     run has shows ``-`` for the other)."""
-    a, b = _parse(text_a), _parse(text_b)
+    a, b = settings_of(text_a), settings_of(text_b)
     keys = [*a, *(k for k in b if k not in a)]
     return [(k, a.get(k, "-"), b.get(k, "-")) for k in keys if a.get(k) != b.get(k)]
 
 
-def _parse(text: str) -> dict[str, str]:
+def settings_of(text: str) -> dict[str, str]:
+    """A settings text read back into its keys and value texts.
+
+    >>> settings_of("class='Conv2d'; in_channels=3; padding=(1, 1)")
+    {'class': "'Conv2d'", 'in_channels': '3', 'padding': '(1, 1)'}
+    """
     pairs = (part.partition("=") for part in text.split(SEPARATOR) if part)
     return {key: value for key, _, value in pairs}

@@ -642,20 +642,26 @@ def test_outputs_in_a_dict_or_a_namedtuple_are_named_by_key(record: Recorder) ->
 
 
 @pytest.mark.parametrize(
-    ("env", "location", "difference"),
+    ("env", "location", "layer", "difference"),
     [
-        ({"LAYER_MOMENTUM": "0.01"}, "1", "momentum 0.1 in run A, 0.01 in run B"),
-        ({"LAYER_SMOOTHING": "0.1"}, "CrossEntropyLoss#1", "label_smoothing 0.0 in run A, 0.1"),
+        ({"LAYER_MOMENTUM": "0.01"}, "1", "BatchNorm1d", "momentum 0.1 in run A, 0.01 in run B"),
+        (
+            {"LAYER_SMOOTHING": "0.1"},
+            "CrossEntropyLoss#1",
+            "CrossEntropyLoss",
+            "label_smoothing 0.0 in run A, 0.1",
+        ),
     ],
 )
 def test_a_layer_built_with_other_arguments_is_named_with_both_values(
-    record: Recorder, env: dict[str, str], location: str, difference: str
+    record: Recorder, env: dict[str, str], location: str, layer: str, difference: str
 ) -> None:
     """torch's own modules have their constructor settings recorded when their model is
-    first called: another BatchNorm momentum or label smoothing is configuration, with both
-    values, not an output whose inputs matched (cause compute)."""
+    first called, their class first: another BatchNorm momentum or label smoothing is
+    configuration, with both values, not an output whose inputs matched (cause compute)."""
     first = first_difference(record("layer_settings.py"), record("layer_settings.py", env=env))
     assert place(first)[1:] == ("init", "hyperparam", location)
+    assert first["a"]["note"].startswith(f"class='{layer}'; ")
     assert f"in the settings of module `{location}`: {difference}" in first["origin_text"]
     assert first["cause"] == "configuration" and "built with other arguments" in first["cause_text"]
 
