@@ -81,3 +81,24 @@ def test_an_upsampling_backward_is_found_in_the_backward_phase(tmp_path: Path) -
     assert code == 1
     assert (first["step"], first["phase"], first["origin"]) == (0, "backward", True)
     assert "upsample_bilinear2d_backward" in first["location"]
+
+
+def test_module_level_names_the_upsampling_that_read_the_output(tmp_path: Path) -> None:
+    """Module level: the gradient flowing into the first convolution's output differs; the
+    Upsample that read that output computed it, and is named with its atomics."""
+    script = str(SCRIPTS / "cuda_upsample.py")
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        result = run_cli("record", "-o", str(out), "--", sys.executable, script)
+        assert result.returncode == 0, result.stderr
+        runs.append(out)
+    code, report = compare_json(*runs)
+    first = report["first_divergence"]
+    text = run_cli("compare", str(runs[0]), str(runs[1])).stdout
+    print(text)
+    assert code == 1
+    assert (first["step"], first["phase"], first["kind"]) == (0, "backward", "grad_output")
+    assert (first["location"], first["origin"]) == ("0", True)
+    assert "pooling, upsampling or padding layer" in first["cause_text"]
+    assert "(read by `1`, a Upsample on cuda)" in " ".join(text.split())  # (lines folded)
