@@ -93,6 +93,8 @@ def write_run(path: Path, meta: dict[str, Any], changes: list[Change]) -> Path:
     session = Session(RecordConfig(output=str(path)), path)
     session.metadata_providers.append(lambda: meta)
     session.seeds = meta.get("seeds", [])
+    on_gpu = bool(meta.get("devices", {}).get("cuda"))  # (a CUDA tensor's fingerprint)
+    algorithm = Algorithm.SMIX64_SUM if on_gpu else Algorithm.XXH3_64
     for step in range(3):
         session.begin_event()
         rows = [INIT, *STEP] if step == 0 else STEP
@@ -100,7 +102,7 @@ def write_run(path: Path, meta: dict[str, Any], changes: list[Change]) -> Path:
             rows = [*STEP[:4], (Phase.FORWARD, Kind.OP_OUTPUT, "emb/aten.clamp.default", 0)]
         for index, (phase, kind, name, slot) in enumerate(rows):
             value = 1000 + index + ((step, name, kind) in changes)
-            fingerprint = Fingerprint(value, "float32", (4,), Algorithm.XXH3_64)
+            fingerprint = Fingerprint(value, "float32", (4,), algorithm)
             session.add(phase, kind, name, fingerprint, slot)
         session.explicit_step()
     session.finish()

@@ -15,6 +15,7 @@ import numpy as np
 from divergence.compare.environment import CALL_LISTS
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
+from divergence.fingerprint import Algorithm
 from divergence.record.hyperparameters import differing_settings, settings_of
 from divergence.store.reader import RunFile, step_bounds
 from divergence.store.schema import (
@@ -54,6 +55,8 @@ def explain_origin(
     same_step = np.arange(step_bounds(records, row)[0], row)
     previous = _describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
     divergence.facts.update(run_facts(run.meta))
+    if divergence.facts["framework"] == "torch" and records["algo"][row] == Algorithm.XXH3_64:
+        divergence.facts["device"] = "cpu"  # (hashed on the host: a CPU tensor, on a GPU host)
     divergence.facts["layout"] = _layout(divergence)
     if divergence.phase == Phase.INIT.label:
         divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
@@ -836,45 +839,76 @@ def _has(
 def _note_layer(divergence: Divergence, run: RunFile, module: str) -> None:
     """``facts["layer"]``: the class of ``module`` (``Conv2d``), for the causes that name a
     layer's kernels; nothing for a module not of torch's own."""
-    layer = _layer_class(run, module)
+    classes = _layer_classes(run)
+    layer = next((classes[i] for i in _string_ids(run, module) if i in classes), "")
     if layer:
         divergence.facts["layer"] = layer
 
 
 def _note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
-    """For the gradient flowing into a module's output: the backward of the layer that read
-    that output computed it. ``facts["layer"]`` (and ``reader``) when exactly one of torch's
-    own layers took the output as its input in this step (matched by fingerprint)."""
-    records = run.records[same_step]
-    module_ids = _string_ids(run, divergence.location)
-    output = (
-        (records["kind"] == Kind.OUTPUT)
-        & np.isin(records["name"], module_ids)
-        & (records["slot"] == divergence.slot)
-    )
-    if not output.any():
+    """For the gradient flowing into a module's output, which the backward of whatever read
+    that output computed: ``facts["layer"]`` and ``reader`` when one of torch's own layers is
+    the only module recorded reading it (its input's fingerprint, after the output, in this
+    step), at every call of the module. A container that passed it to that layer does not
+    count; any other module that read it, or none, names nothing. Functional code that read
+    it is not recorded, which the wording says."""
+    records, module_ids = run.records, _string_ids(run, divergence.location)
+    step = records[same_step]
+    outputs = same_step[
+        (step["kind"] == Kind.OUTPUT)
+        & np.isin(step["name"], module_ids)
+        & (step["slot"] == divergence.slot)
+    ]
+    if not outputs.size or (records["status"][outputs] != Status.OK).any():
         return
-    fingerprint = records["fp"][np.flatnonzero(output)[-1]]
-    readers = records["name"][(records["kind"] == Kind.INPUT) & (records["fp"] == fingerprint)]
-    names = {run.strings[i] for i in set(readers.tolist()) - set(module_ids)}
-    layers = {name: layer for name in names if (layer := _layer_class(run, name))}
-    if len(layers) == 1:
+    readers: set[int] = set()
+    for row in outputs:  # (the gradient sums what the readers of every call passed back)
+        later = records[same_step[same_step > row]]
+        read = (later["kind"] == Kind.INPUT) & (later["status"] == Status.OK)
+        readers.update(int(i) for i in later["name"][read & (later["fp"] == records["fp"][row])])
+    classes = _layer_classes(run)
+    layers = {run.strings[i]: classes[i] for i in readers - set(module_ids) if i in classes}
+    others = {run.strings[i] for i in readers - set(module_ids) if i not in classes}
+    containers = {name for name in others if any(n.startswith(name + ".") for n in layers)}
+    if len(layers) == 1 and others == containers:
         [(reader, layer)] = layers.items()
         divergence.facts.update(layer=layer, reader=reader)
 
 
-def _layer_class(run: RunFile, module: str) -> str:
-    """The class of ``module`` (``Conv2d``), read from the settings its ``init`` hyperparam
-    record holds (torch's own modules, 0.18.0 on), or ""."""
+def _layer_classes(run: RunFile) -> dict[int, str]:
+    """Name id -> the layer each of torch's own modules is, read from the note of its ``init``
+    settings record (0.18.0 on; see ``layer_label``)."""
     records = run.records
-    settings = np.flatnonzero(
-        (records["kind"] == Kind.HYPERPARAM)
-        & (records["phase"] == Phase.INIT)
-        & np.isin(records["name"], _string_ids(run, module))
-    )
-    if not settings.size:
-        return ""
-    return settings_of(run.strings[records["note"][settings[0]]]).get("class", "").strip("'")
+    rows = np.flatnonzero((records["kind"] == Kind.HYPERPARAM) & (records["phase"] == Phase.INIT))
+    classes: dict[int, str] = {}
+    for row in rows:
+        layer = layer_label(run.strings[records["note"][row]])
+        if layer:
+            classes.setdefault(int(records["name"][row]), layer)
+    return classes
+
+
+def layer_label(note: str) -> str:
+    """The layer a settings note names: its class, with its mode where it has one (the kernels
+    of an ``Upsample`` depend on it); "" for the settings of anything else.
+
+    >>> layer_label("class='Upsample'; mode='bilinear'; scale_factor=2.0")
+    "Upsample(mode='bilinear')"
+    >>> layer_label("class='Conv2d'; in_channels=3; padding_mode='zeros'"), layer_label("lr=0.1")
+    ('Conv2d', '')
+    """
+    settings = settings_of(note)
+    layer, mode = settings.get("class", "").strip("'"), settings.get("mode")
+    return f"{layer}(mode={mode})" if layer and mode else layer
+
+
+def _article(word: str) -> str:
+    """``a`` or ``an`` before ``word``, by its first letter.
+
+    >>> _article("Upsample"), _article("Conv2d")
+    ('an', 'a')
+    """
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _string_ids(run: RunFile, text: str) -> list[int]:
@@ -1049,14 +1083,22 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
     elif d.reason == "structure" and d.a is not None and d.b is not None:
         lines.append(f"run A recorded {d.a.label}, run B {d.b.label} at {where}")
     elif d.origin:
-        layer, reader, device = d.facts.get("layer"), d.facts.get("reader"), d.facts.get("device")
-        owner = ""
-        if layer:
-            by = f"read by `{reader}`, " if reader else "of "
-            owner = f" ({by}a {layer} on {device or 'cpu'})"
-        lines.append(
-            f"`{d.location}` {d.kind.replace('_', ' ')}{owner}: inputs matched, output did not"
-        )
+        lines.append(_matched_inputs(d))
     if not environment and cause is not None and cause.cause == "compute":
         lines.append("the runs' recorded settings are identical")
     return lines
+
+
+def _matched_inputs(d: Divergence) -> str:
+    """The evidence of an origin: its inputs matched; and which of torch's layers made it, or
+    read the output whose gradient it is."""
+    what = f"`{d.location}` {d.kind.replace('_', ' ')}"
+    layer, reader, device = d.facts.get("layer"), d.facts.get("reader"), d.facts.get("device")
+    if layer and reader:
+        return (
+            f"{what}: inputs matched, output did not; the one module recorded reading "
+            f"`{d.location}`'s output is `{reader}`, {_article(layer)} {layer} on {device} "
+            "(functional code is not recorded)"
+        )
+    owner = f" (of {_article(layer)} {layer} on {device})" if layer else ""
+    return f"{what}{owner}: inputs matched, output did not"

@@ -134,9 +134,15 @@ def _sequence(value: object, texts: list[str]) -> str:
 
 def differing_settings(text_a: str, text_b: str) -> list[tuple[str, str, str]]:
     """``(key, value in A, value in B)`` for each setting whose text differs (a key only one
-    run has shows ``-`` for the other)."""
+    run has shows ``-`` for the other; not the unhashed ``class``, which runs of torch layers
+    recorded before 0.18.0 lack).
+
+    >>> differing_settings("class='Linear'; bias=True", "bias=False")
+    [('bias', 'True', 'False')]
+    """
     a, b = settings_of(text_a), settings_of(text_b)
     keys = [*a, *(k for k in b if k not in a)]
+    keys = [k for k in keys if k != "class" or (k in a and k in b)]
     return [(k, a.get(k, "-"), b.get(k, "-")) for k in keys if a.get(k) != b.get(k)]
 
 

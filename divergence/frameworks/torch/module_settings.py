@@ -1,17 +1,15 @@
 """The constructor settings of torch's own modules (``momentum``, ``label_smoothing``, ``p``,
 ``approximate``...), for a ``hyperparam`` record of each module when its model is adopted: a
 layer built with another argument is then named as such, not as an operation whose inputs
-matched. The first setting is the module's class (``class='Conv2d'``): compare names the
-kernels a layer of that class runs when its gradient or output is an origin (a cuDNN
-convolution on CUDA).
+matched.
 
 Only ``torch.nn`` classes, and only their public attributes holding plain values (numbers,
 strings, None, tuples of them): a user's module may keep values that differ in every run (a
 path, a time) in attributes of the same kinds.
 
 >>> settings = module_settings(torch.nn.BatchNorm1d(4, momentum=0.01))
->>> settings["class"], settings["momentum"], settings["eps"], "training" in settings
-('BatchNorm1d', 0.01, 1e-05, False)
+>>> settings["momentum"], settings["eps"], "training" in settings
+(0.01, 1e-05, False)
 >>> module_settings(torch.nn.CrossEntropyLoss(label_smoothing=0.1))["label_smoothing"]
 0.1
 >>> module_settings(torch.nn.Sequential()) is None
@@ -34,7 +32,7 @@ def module_settings(module: torch.nn.Module) -> dict[str, object] | None:
         for key, value in vars(module).items()
         if not key.startswith("_") and key != "training" and _plain(value)
     }
-    return {"class": type(module).__name__, **settings} if settings else None
+    return settings or None
 
 
 def loader_settings(iterator: object) -> dict[str, object]:

@@ -55,7 +55,7 @@ from divergence.frameworks.torch.metadata import torch_metadata
 from divergence.frameworks.torch.module_settings import loader_settings, module_settings
 from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
-from divergence.record.hyperparameters import GroupSettings
+from divergence.record.hyperparameters import SEPARATOR, GroupSettings
 from divergence.record.labels import ClassLabels
 from divergence.record.rng import HostGenerators, state_after_seed, unwrapped
 from divergence.record.session import Fingerprint, Session
@@ -295,7 +295,10 @@ class TorchRecorder(Instrumentation):
             settings = module_settings(module)
             if settings is not None and s.wants(name):
                 fingerprint, text = self.group_settings(settings)
-                s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=text)
+                # The class leads the note, unhashed: compare names a layer's kernels by it
+                # (a Conv2d's on CUDA are cuDNN's), and runs written before it hash alike.
+                note = f"class={type(module).__name__!r}{SEPARATOR}{text}"
+                s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=note)
 
     def _absorb_roots_inside(self, root: torch.nn.Module) -> int | None:
         """Earlier roots that are submodules of ``root`` (a layer called alone to size it, an
