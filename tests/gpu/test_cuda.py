@@ -83,3 +83,21 @@ def test_a_large_tensor_equals_the_numpy_reference() -> None:
     host = torch.randint(-(1 << 62), 1 << 62, (1 << 25,), dtype=torch.int64)  # 256 MiB
     pending = fingerprint_tensor(host.cuda()).value
     assert resolve_pending([pending]) == [smix64_fingerprint_array(host.numpy())]
+
+
+def test_a_tensor_beyond_2_31_words_is_read_whole() -> None:
+    """The fused kernel indexes words in int64: over more than 2**31 words (16 GiB) it equals
+    the eager sum (int64 ``arange``), and a bit flipped beyond word 2**31 changes it."""
+    from divergence.frameworks.torch import fused_sum
+    from divergence.frameworks.torch.fingerprint import eager_word_sum
+
+    if torch.cuda.mem_get_info()[0] < 110 << 30:  # (the eager sum's temporaries: ~6 copies)
+        pytest.skip("needs 110 GiB of free GPU memory")
+    tail = 3 * fused_sum.BLOCK + 5  # a partial last program
+    words = torch.zeros((1 << 31) + tail, dtype=torch.int64, device="cuda")
+    words[-tail:] = torch.randint(-(1 << 62), 1 << 62, (tail,), device="cuda")
+    flat = words.view(torch.uint8)
+    fused = int(fused_sum.fused_word_sum(flat))
+    assert fused == int(eager_word_sum(flat))
+    words[(1 << 31) + 7] ^= 1
+    assert int(fused_sum.fused_word_sum(flat)) == int(eager_word_sum(flat)) != fused
