@@ -31,6 +31,7 @@ from divergence.store.reader import RunFile, step_bounds
 from divergence.store.run import Process, Run
 from divergence.store.schema import (
     BARE_TENSOR,
+    DDP_BUCKET,
     EDITED_IN_TRACE,
     EVAL_NOTES,
     KIND_VALUES,
@@ -560,6 +561,9 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     # before an evaluation in one run only is what that run did first)
     if evaluation is not None and not (_writes_weights(pa) or _writes_weights(pb)):
         return evaluation
+    synced = _synced_in_one_run(key, pa, pb)
+    if synced is not None:
+        return synced
     optimizers = _other_optimizers(pa, pb)
     if optimizers:
         divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, 0, pa, pb)
@@ -578,6 +582,32 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     divergence.origin_text = _skipped_update(pa, pb) or (
         f"run A next recorded {pa.label} ({pa.phase}, step {pa.step}) where run B recorded "
         f"{pb.label} ({pb.phase}, step {pb.step}): the runs took different code paths"
+    )
+    return divergence
+
+
+def _synced_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
+    """Where one run all-reduced DDP's first gradient bucket after a backward and the other
+    run's next record is no collective: the other kept that backward's gradients local inside
+    ``no_sync()`` (gradient accumulation) and reduced them with a later backward's. (Another
+    bucket layout parts at a later bucket, or at a bucket in both runs.)"""
+    buckets = [p.kind == Kind.COLLECTIVE_IN.label and p.name == f"{DDP_BUCKET}0" for p in (pa, pb)]
+    collectives = [p.phase == Phase.COMMUNICATION.label for p in (pa, pb)]
+    if buckets == [True, False] and not collectives[1]:
+        probe, which, other = pa, "A", "B"
+    elif buckets == [False, True] and not collectives[0]:
+        probe, which, other = pb, "B", "A"
+    else:
+        return None
+    divergence = Divergence(
+        "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
+    )
+    divergence.facts["collective"] = "sync_one_run"
+    divergence.origin_text = (
+        f"run {which} all-reduced DDP's gradients (`{probe.name}`) after a backward of step "
+        f"{probe.step} where run {other} did not: run {other} kept that backward's gradients "
+        "local (DDP's no_sync(), as gradient accumulation does) and reduced them together with "
+        f"a later backward's, run {which} reduced each backward's"
     )
     return divergence
 

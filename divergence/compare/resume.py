@@ -22,7 +22,7 @@ import numpy as np
 from divergence.compare.engine import probe_at, string_mapping
 from divergence.compare.model import Divergence, EnvDifference, Resume
 from divergence.store.reader import RunFile
-from divergence.store.schema import Kind, Phase
+from divergence.store.schema import DDP_BUCKET, Kind, Phase
 
 
 def find_resume(a: RunFile, b: RunFile) -> Resume | None:
@@ -40,7 +40,6 @@ def find_resume(a: RunFile, b: RunFile) -> Resume | None:
 # its own numbers)
 RESUME_DIFFERENCES = frozenset({"argv", "rng_restores", "seeds", "sampler_epochs"})
 LOADER = "dataloader"  # the batch records of a torch DataLoader (frameworks/torch/recorder.py)
-DDP_BUCKET = "ddp.bucket"  # DDP's buckets: ddp.bucket0, ... (frameworks/torch/distributed.py)
 
 
 def causal_differences(

@@ -143,6 +143,8 @@ BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
 WRITTEN_AT_EXIT = "written after the last optimizer step, seen as the program ended"
 # the skip reason of a tensor subclass with its own dispatch (DTensor: FSDP2's parameters),
 # after its class name
+# DDP's gradient buckets are recorded as collectives named ddp.bucket0, ddp.bucket1, ...
+DDP_BUCKET = "ddp.bucket"
 SUBCLASS_SKIP = "a tensor subclass with its own dispatch, not fingerprinted"
 # how the skip reason of a Keras variable first built inside a traced step starts
 UNREAD_AT_TRACE = "initial value unreadable at trace time"

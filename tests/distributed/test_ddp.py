@@ -63,6 +63,13 @@ RUNS = {  # name -> (command, expected exit status is zero)
     "powersgd": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--powersgd"], True),
     "powersgd_b": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--powersgd"], True),
     "powersgd_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--powersgd"], True),
+    # gradient accumulation: no_sync() for the first micro-batch, or (sync) not
+    "accumulate": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--accumulate", "2"], True),
+    "accumulate_plain": ([*TORCHRUN, "--nproc_per_node", "2", DDP, "--accumulate", "2"], True),
+    "accumulate_sync": (
+        [*TORCHRUN, "--nproc_per_node", "2", DDP, "--accumulate", "2", "--sync-all"],
+        True,
+    ),
 }
 
 
@@ -139,7 +146,7 @@ def test_same_settings_twice_are_identical(runs: dict[str, Path]) -> None:
     assert "identical: rank0-rank1" in result.stdout
 
 
-@pytest.mark.parametrize("name", ["a", "three", "three_view", "late_hook", "uneven"])
+@pytest.mark.parametrize("name", ["a", "three", "three_view", "late_hook", "uneven", "accumulate"])
 def test_recording_changes_no_bits(runs: dict[str, Path], name: str) -> None:
     """Also at 3 ranks, where torch's Python allreduce_hook (divide, then sum) differs from
     DDP's own reduction (multiply by 1/3 while copying into the bucket) in the last bits; and
@@ -187,6 +194,20 @@ def test_another_reduce_op_is_named_with_both_ops(runs: dict[str, Path]) -> None
     )  # fmt: skip
     assert "reduced with SUM in run A and MAX in run B" in first["origin_text"]
     assert first["origin"] is True and first["cause"] == "configuration"
+
+
+def test_gradients_synchronised_in_one_run_only_are_named(runs: dict[str, Path]) -> None:
+    """Gradient accumulation inside DDP's no_sync() in run A, every micro-batch all-reduced in
+    run B: run B's first bucket after the first backward is the first difference, named as
+    the synchronisation that differs (it was a code path difference, cause: the arguments)."""
+    code, report = compare_json(runs["accumulate"], runs["accumulate_sync"])
+    first = report["first_divergence"]
+    assert code == 1 and (first["step"], first["reason"], first["location"]) == (
+        0, "structure", "ddp.bucket0",
+    )  # fmt: skip
+    assert "run A kept that backward's gradients local (DDP's no_sync()" in first["origin_text"]
+    assert first["cause"] == "communication" and "ddp.no_sync()" in first["cause_text"]
+    assert _final_params(runs, "accumulate") != _final_params(runs, "accumulate_sync")
 
 
 def test_a_comm_hook_registered_late_is_recorded_as_the_runs(runs: dict[str, Path]) -> None:

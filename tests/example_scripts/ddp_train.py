@@ -22,6 +22,9 @@ Perturbation flags (off by default; without them two runs are bit-identical):
   --max-loss                   the logged loss all-reduced with ReduceOp.MAX, not the sum
   --fsdp                       FullyShardedDataParallel(use_orig_params=True) instead of DDP
                                (its parameters are views of a flat parameter in the forward)
+  --accumulate K               K micro-batches a step (the batch scaled by 2, 3, ... first), the
+                               earlier ones inside DDP's no_sync(): gradients reduced once a step
+  --sync-all                   with --accumulate, no no_sync(): every micro-batch all-reduced
 Also: --steps N, --threads N.
 """
 
@@ -63,6 +66,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fsdp", action="store_true")
     p.add_argument("--powersgd", action="store_true")
     p.add_argument("--max-loss", action="store_true")
+    p.add_argument("--accumulate", type=int, default=1)
+    p.add_argument("--sync-all", action="store_true")
     return p.parse_args(argv)
 
 
@@ -137,11 +142,14 @@ def train_step(
     x, y = batch
     if step == args.late_hook:
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    optimizer.zero_grad(set_to_none=not args.bucket_view)
+    for micro in range(args.accumulate - 1):  # earlier micro-batches: gradients kept local
+        with contextlib.nullcontext() if args.sync_all else ddp.no_sync():
+            nn.functional.mse_loss(ddp(x * (micro + 2)), y).backward()
     out = ddp(x)
     if rank == args.flip_rank and step == args.flip_step:
         out = flip_bit(out)
     loss = nn.functional.mse_loss(out, y) * scale
-    optimizer.zero_grad(set_to_none=not args.bucket_view)
     loss.backward()
     if not args.uneven:  # (a rank that ran out would not take part: only DDP's are shadowed)
         logged = loss.detach().clone()

@@ -42,7 +42,7 @@ from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.ddp_reduction import BuiltinReduction
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
 from divergence.record.session import Session
-from divergence.store.schema import REDUCE_OP, Kind, Phase
+from divergence.store.schema import DDP_BUCKET, REDUCE_OP, Kind, Phase
 
 # op -> (argument holding the inputs, argument holding the outputs)
 COLLECTIVES = {
@@ -337,7 +337,7 @@ class DistributedProbes(Instrumentation):
 
         @functools.wraps(hook)
         def bucket_hook(state, bucket):  # no annotations: DDP checks them against its own
-            name = f"ddp.bucket{bucket.index()}"
+            name = f"{DDP_BUCKET}{bucket.index()}"
             probes.guarded_call(probes._add, Kind.COLLECTIVE_IN, name, [bucket.buffer()])
             seq, probes.bucket_seq = probes.bucket_seq, probes.bucket_seq + 1
             probes.in_bucket_hook = True
