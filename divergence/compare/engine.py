@@ -502,14 +502,22 @@ def _ended_inside_step(key: str, a: RunFile, b: RunFile, row: int) -> Divergence
             f"{origin} the {at.label} ({at.phase}) that the other run recorded next; every "
             "record before matched"
         )
-        if _ended_cleanly(file):
-            divergence.facts["ended"] = "cleanly"
+        _note_ending(divergence, file)
         return divergence
     return None
 
 
 # where a pass over a batch starts: another training step after a validation pass, say
 NEW_PASS_PHASES = frozenset({Phase.RNG.label, Phase.DATA.label, Phase.FORWARD.label})
+
+
+def _note_ending(divergence: Divergence, file: RunFile) -> None:
+    """How the shorter run's process ended, for the causes and the ranks' picture: cleanly
+    (``ended``), or by an exception (``raised``, shortened)."""
+    if _ended_cleanly(file):
+        divergence.facts["ended"] = "cleanly"
+    if file.uncaught:
+        divergence.facts["raised"] = shortened(file.uncaught)
 
 
 def _ended_cleanly(file: RunFile) -> bool:
@@ -795,8 +803,7 @@ def _length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     window = config.get("steps", "") if isinstance(config, dict) else ""
     stopped = isinstance(window, str) and ":" in window and not window.endswith(":")
     limited = f" (recorded with --steps {window})" if stopped else ""
-    if _ended_cleanly(shorter):
-        divergence.facts["ended"] = "cleanly"
+    _note_ending(divergence, shorter)
     ends = f"ends after {shorter.steps_complete} complete steps"
     goes_on = f"has {longer.steps_complete}"
     inside = longer.ended_inside_step

@@ -447,9 +447,66 @@ def place_ranks(comparison: Comparison) -> None:
     for p in comparison.processes:
         p.role, p.role_text = _role(p, earliest_local, origins, unread)
         comparison.ranks.setdefault(p.role, []).append(p.process)
+    for which in ("A", "B"):
+        _first_to_stop(comparison, which)
     comparison.picture = [
         _picture_line(comparison, role) for role in ROLES if role in comparison.ranks
     ]
+
+
+def _first_to_stop(comparison: Comparison, which: str) -> None:
+    """Among the ranks of run ``which`` that stopped early, the killed ones (their files not
+    closed) with the fewest steps stopped first: the others' collectives then lost a peer, or
+    the launcher ended them. Their role texts say so, and they lead the incomplete ranks."""
+    stopped = [p for p in comparison.processes if p.role == INCOMPLETE]
+    complete = "complete_a" if which == "A" else "complete_b"
+    steps = "steps_a" if which == "A" else "steps_b"
+    killed = [p for p in stopped if not getattr(p, complete)]
+    if not killed:
+        return
+    fewest = min(getattr(p, steps) for p in killed)
+    first = [p for p in killed if getattr(p, steps) == fewest]
+    after = [p for p in stopped if p not in first and _stopped_early(p, which)]
+    if not after or not all(_lost_a_peer(p) for p in after):  # (no order to tell)
+        return
+    names = ", ".join(p.process for p in first)
+    for p in first:
+        p.role_text += f"; the first of run {which}'s ranks to stop: killed or crashed"
+    for p in after:
+        p.role_text += (
+            f"; stopped after {names} in run {which}: a collective lost its peer, or the "
+            "launcher ended it"
+        )
+    order = [p.process for p in first] + [p.process for p in stopped if p not in first]
+    comparison.ranks[INCOMPLETE] = order
+
+
+# what a collective raises when a peer vanished (gloo, NCCL, the TCP store)
+LOST_PEER = ("Connection reset", "Connection closed", "Broken pipe", "DistBackendError",
+             "DistNetworkError", "NCCL", "Gloo", "gloo", "timed out", "Timeout")  # fmt: skip
+
+
+def _lost_a_peer(p: ProcessComparison) -> bool:
+    """Whether this rank ended without an exception of its own, or with one a collective
+    raises when a peer vanished (another exception may be where the job began to fail).
+
+    >>> from pathlib import Path
+    >>> p = ProcessComparison("rank0", Path(), Path(), 0, 5, 4, True, True, None, None)
+    >>> _lost_a_peer(p)
+    True
+    >>> p.first = Divergence("length", "rank0", 3, "marker", "step_end", "", 0)
+    >>> p.first.facts["raised"] = "ValueError: bad batch"
+    >>> _lost_a_peer(p)
+    False
+    """
+    raised = p.first.facts.get("raised", "") if p.first else ""
+    return not raised or any(words in raised for words in LOST_PEER)
+
+
+def _stopped_early(p: ProcessComparison, which: str) -> bool:
+    """Whether run ``which``'s side of this rank ended before the other run's."""
+    steps_a, steps_b = p.steps_a, p.steps_b
+    return steps_a < steps_b if which == "A" else steps_b < steps_a
 
 
 def _received(d: Divergence) -> bool:

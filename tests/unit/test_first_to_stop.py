@@ -1,0 +1,59 @@
+"""Of a job's ranks that stopped early, the one killed first is told apart from the peers that
+stopped after it (their collective lost it, or the launcher ended them). Rank files written
+through the real Session; a killed file is one without its ``end``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import pytest
+
+from divergence.compare.engine import compare_runs
+from divergence.record.config import RecordConfig
+from divergence.record.session import Fingerprint, Session
+from divergence.store.schema import Kind, Phase
+
+LOST_PEER = "RuntimeError: [gloo] Connection reset by peer"
+
+
+def _rank(path: Path, steps: int, raised: str = "", killed: bool = False) -> Path:
+    """A rank of ``steps`` complete steps; ``raised``: then ended inside the next one by that
+    exception; ``killed``: its file left without its end (SIGKILL)."""
+    session = Session(RecordConfig(output=str(path)), path)
+    for step in range(steps + bool(raised)):
+        session.begin_event()
+        session.add(Phase.FORWARD, Kind.OUTPUT, "net", Fingerprint(step, "float32", (4,), 1))
+        if step < steps:
+            session.explicit_step()
+    session.uncaught = raised
+    session.finish()
+    file = next(path.glob("*.h5"))
+    if killed:
+        with h5py.File(file, "a") as h5:
+            del h5.attrs["end"]
+    return file
+
+
+def _job(directory: Path, *files: Path) -> Path:
+    directory.mkdir()
+    for rank, file in enumerate(files):
+        shutil.copy(file, directory / f"rank{rank}.h5")
+    return directory
+
+
+@pytest.mark.parametrize(("raised", "told"), [(LOST_PEER, True), ("ValueError: bad batch", False)])
+def test_the_killed_rank_is_named_as_the_first_to_stop(
+    tmp_path: Path, raised: str, told: bool
+) -> None:
+    full = [_rank(tmp_path / f"full{r}", 5) for r in (0, 1)]
+    a = _job(tmp_path / "a", *full)
+    peer = _rank(tmp_path / "peer", 3, raised=raised)
+    b = _job(tmp_path / "b", peer, _rank(tmp_path / "killed", 3, killed=True))
+    comparison = compare_runs(a, b)
+    rank0, rank1 = comparison.processes
+    assert (rank0.role, rank1.role) == ("incomplete", "incomplete")
+    assert ("the first of run B's ranks to stop: killed or crashed" in rank1.role_text) is told
+    assert ("stopped after rank1 in run B: a collective lost its peer" in rank0.role_text) is told
+    assert comparison.ranks["incomplete"] == (["rank1", "rank0"] if told else ["rank0", "rank1"])
