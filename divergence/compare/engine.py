@@ -513,11 +513,35 @@ NEW_PASS_PHASES = frozenset({Phase.RNG.label, Phase.DATA.label, Phase.FORWARD.la
 
 def _note_ending(divergence: Divergence, file: RunFile) -> None:
     """How the shorter run's process ended, for the causes and the ranks' picture: cleanly
-    (``ended``), or by an exception (``raised``, shortened)."""
+    (``ended``), or by an exception a collective raises when its peer vanished
+    (``lost_peer``)."""
     if _ended_cleanly(file):
         divergence.facts["ended"] = "cleanly"
-    if file.uncaught:
-        divergence.facts["raised"] = shortened(file.uncaught)
+    if lost_peer(file.uncaught):
+        divergence.facts["lost_peer"] = "yes"
+
+
+# what a collective raises when a peer process vanished (gloo's TCP pairs, the TCP store,
+# NCCL's watchdog); not a timeout in general, which a rank's own code can raise
+LOST_PEER = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "DistNetworkError",
+    "remote process exited",
+    "Socket Timeout",
+)
+
+
+def lost_peer(uncaught: str) -> bool:
+    """Whether an uncaught exception's text is one a collective raises when a peer vanished.
+
+    >>> lost_peer("RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+    True
+    >>> lost_peer("RuntimeError: DataLoader worker (pid 123) timed out after 5 seconds")
+    False
+    """
+    return any(words in uncaught for words in LOST_PEER)
 
 
 def _ended_cleanly(file: RunFile) -> bool:
@@ -569,7 +593,7 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     # before an evaluation in one run only is what that run did first)
     if evaluation is not None and not (_writes_weights(pa) or _writes_weights(pb)):
         return evaluation
-    synced = _synced_in_one_run(key, pa, pb)
+    synced = _synced_in_one_run(key, a, b, row)
     if synced is not None:
         return synced
     optimizers = _other_optimizers(pa, pb)
@@ -594,18 +618,25 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     return divergence
 
 
-def _synced_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
+def _synced_in_one_run(key: str, a: RunFile, b: RunFile, row: int) -> Divergence | None:
     """Where one run all-reduced DDP's first gradient bucket after a backward and the other
-    run's next record is no collective: the other kept that backward's gradients local inside
+    run's next record is no bucket, though it reduces a first bucket later in the step and
+    took as many backwards in it: the other kept that backward's gradients local inside
     ``no_sync()`` (gradient accumulation) and reduced them with a later backward's. (Another
-    bucket layout parts at a later bucket, or at a bucket in both runs.)"""
-    buckets = [p.kind == Kind.COLLECTIVE_IN.label and p.name == f"{DDP_BUCKET}0" for p in (pa, pb)]
-    collectives = [p.phase == Phase.COMMUNICATION.label for p in (pa, pb)]
-    if buckets == [True, False] and not collectives[1]:
-        probe, which, other = pa, "A", "B"
-    elif buckets == [False, True] and not collectives[0]:
-        probe, which, other = pb, "B", "A"
+    bucket layout parts at a later bucket, or at a bucket in both runs; another number of
+    micro-batches, or buckets not recorded, are not this.)"""
+    pa, pb = probe_at(a, row), probe_at(b, row)
+    first_bucket = [_is_first_bucket(file, row) for file in (a, b)]
+    if first_bucket == [True, False]:
+        probe, which, other, quiet = pa, "A", "B", b
+    elif first_bucket == [False, True]:
+        probe, which, other, quiet = pb, "B", "A", a
     else:
+        return None
+    later = [i for i in _rows_of_step(quiet, probe.step) if i > row]
+    if not any(_is_first_bucket(quiet, i) for i in later):
+        return None
+    if _backwards(a, probe.step) != _backwards(b, probe.step):
         return None
     divergence = Divergence(
         "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
@@ -618,6 +649,25 @@ def _synced_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
         f"a later backward's, run {which} reduced each backward's"
     )
     return divergence
+
+
+def _is_first_bucket(file: RunFile, row: int) -> bool:
+    """Whether record ``row`` is the input of DDP's first gradient bucket (``ddp.bucket0``)."""
+    records = file.records
+    name = file.strings[records["name"][row]]
+    return bool(records["kind"][row] == Kind.COLLECTIVE_IN) and name == f"{DDP_BUCKET}0"
+
+
+def _rows_of_step(file: RunFile, step: int) -> range:
+    """The rows of ``step`` (records are in step order)."""
+    steps = file.records["step"]
+    return range(int(np.searchsorted(steps, step)), int(np.searchsorted(steps, step, "right")))
+
+
+def _backwards(file: RunFile, step: int) -> int:
+    """How many losses ``backward()`` was called on in ``step``: its micro-batches."""
+    rows = _rows_of_step(file, step)
+    return int((file.records["kind"][rows.start : rows.stop] == Kind.LOSS).sum())
 
 
 def _evaluation_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:

@@ -23,6 +23,7 @@ not grow with the number of ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -455,58 +456,54 @@ def place_ranks(comparison: Comparison) -> None:
 
 
 def _first_to_stop(comparison: Comparison, which: str) -> None:
-    """Among the ranks of run ``which`` that stopped early, the killed ones (their files not
-    closed) with the fewest steps stopped first: the others' collectives then lost a peer, or
-    the launcher ended them. Their role texts say so, and they lead the incomplete ranks."""
+    """Where every other rank of run ``which`` that stopped early ended on an exception a
+    collective raises when its peer vanished, the killed ranks (their files not closed) with
+    the fewest steps stopped first. Their role texts say so, and they lead the incomplete
+    ranks. Without that evidence nothing is said: the launcher's SIGTERM also leaves files
+    unclosed, and a slow rank it ended has fewer steps than the one that crashed."""
+    side = _Side(which)
     stopped = [p for p in comparison.processes if p.role == INCOMPLETE]
-    complete = "complete_a" if which == "A" else "complete_b"
-    steps = "steps_a" if which == "A" else "steps_b"
-    killed = [p for p in stopped if not getattr(p, complete)]
+    readable = [p for p in stopped if not (p.first and p.first.unreadable) and side.steps(p)]
+    killed = [p for p in readable if not side.complete(p)]
     if not killed:
         return
-    fewest = min(getattr(p, steps) for p in killed)
-    first = [p for p in killed if getattr(p, steps) == fewest]
-    after = [p for p in stopped if p not in first and _stopped_early(p, which)]
-    if not after or not all(_lost_a_peer(p) for p in after):  # (no order to tell)
+    fewest = min(side.steps(p) for p in killed)
+    first = [p for p in killed if side.steps(p) == fewest]
+    after = [p for p in stopped if p not in first and side.stopped_early(p)]
+    if not after or not all(p.first and p.first.facts.get("lost_peer") for p in after):
         return
     names = ", ".join(p.process for p in first)
     for p in first:
         p.role_text += f"; the first of run {which}'s ranks to stop: killed or crashed"
     for p in after:
-        p.role_text += (
-            f"; stopped after {names} in run {which}: a collective lost its peer, or the "
-            "launcher ended it"
-        )
-    order = [p.process for p in first] + [p.process for p in stopped if p not in first]
-    comparison.ranks[INCOMPLETE] = order
+        p.role_text += f"; stopped after {names} in run {which}: a collective lost its peer"
+    leading = [p.process for p in first]
+    comparison.ranks[INCOMPLETE] = leading + [
+        k for k in comparison.ranks[INCOMPLETE] if k not in leading
+    ]
 
 
-# what a collective raises when a peer vanished (gloo, NCCL, the TCP store)
-LOST_PEER = ("Connection reset", "Connection closed", "Broken pipe", "DistBackendError",
-             "DistNetworkError", "NCCL", "Gloo", "gloo", "timed out", "Timeout")  # fmt: skip
-
-
-def _lost_a_peer(p: ProcessComparison) -> bool:
-    """Whether this rank ended without an exception of its own, or with one a collective
-    raises when a peer vanished (another exception may be where the job began to fail).
+@dataclass(frozen=True)
+class _Side:
+    """One run's side of the ranks' comparisons.
 
     >>> from pathlib import Path
-    >>> p = ProcessComparison("rank0", Path(), Path(), 0, 5, 4, True, True, None, None)
-    >>> _lost_a_peer(p)
-    True
-    >>> p.first = Divergence("length", "rank0", 3, "marker", "step_end", "", 0)
-    >>> p.first.facts["raised"] = "ValueError: bad batch"
-    >>> _lost_a_peer(p)
-    False
+    >>> p = ProcessComparison("rank0", Path(), Path(), 0, 5, 3, True, False, None, None)
+    >>> _Side("B").steps(p), _Side("B").complete(p), _Side("B").stopped_early(p)
+    (3, False, True)
     """
-    raised = p.first.facts.get("raised", "") if p.first else ""
-    return not raised or any(words in raised for words in LOST_PEER)
 
+    which: str
 
-def _stopped_early(p: ProcessComparison, which: str) -> bool:
-    """Whether run ``which``'s side of this rank ended before the other run's."""
-    steps_a, steps_b = p.steps_a, p.steps_b
-    return steps_a < steps_b if which == "A" else steps_b < steps_a
+    def steps(self, p: ProcessComparison) -> int:
+        return p.steps_a if self.which == "A" else p.steps_b
+
+    def complete(self, p: ProcessComparison) -> bool:
+        return p.complete_a if self.which == "A" else p.complete_b
+
+    def stopped_early(self, p: ProcessComparison) -> bool:
+        other = p.steps_b if self.which == "A" else p.steps_a
+        return self.steps(p) < other
 
 
 def _received(d: Divergence) -> bool:

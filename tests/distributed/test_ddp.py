@@ -70,6 +70,20 @@ RUNS = {  # name -> (command, expected exit status is zero)
         [*TORCHRUN, "--nproc_per_node", "2", DDP, "--accumulate", "2", "--sync-all"],
         True,
     ),
+    # all-reduced every micro-batch too, its buckets not recorded (gradient views)
+    "accumulate_view_sync": (
+        [
+            *TORCHRUN,
+            "--nproc_per_node",
+            "2",
+            DDP,
+            "--accumulate",
+            "2",
+            "--sync-all",
+            "--bucket-view",
+        ],
+        True,
+    ),
 }
 
 
@@ -208,6 +222,9 @@ def test_gradients_synchronised_in_one_run_only_are_named(runs: dict[str, Path])
     assert "run A kept that backward's gradients local (DDP's no_sync()" in first["origin_text"]
     assert first["cause"] == "communication" and "ddp.no_sync()" in first["cause_text"]
     assert _final_params(runs, "accumulate") != _final_params(runs, "accumulate_sync")
+    # both all-reduce every micro-batch, one run's buckets not recorded: no_sync() not named
+    code, report = compare_json(runs["accumulate_view_sync"], runs["accumulate_sync"])
+    assert code == 1 and "no_sync" not in report["first_divergence"]["origin_text"]
 
 
 def test_a_comm_hook_registered_late_is_recorded_as_the_runs(runs: dict[str, Path]) -> None:

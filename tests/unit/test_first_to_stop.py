@@ -43,7 +43,13 @@ def _job(directory: Path, *files: Path) -> Path:
     return directory
 
 
-@pytest.mark.parametrize(("raised", "told"), [(LOST_PEER, True), ("ValueError: bad batch", False)])
+OWN_TIMEOUT = "RuntimeError: DataLoader worker (pid 123) timed out after 5 seconds"
+
+
+@pytest.mark.parametrize(
+    ("raised", "told"),
+    [(LOST_PEER, True), ("ValueError: bad batch", False), (OWN_TIMEOUT, False)],
+)
 def test_the_killed_rank_is_named_as_the_first_to_stop(
     tmp_path: Path, raised: str, told: bool
 ) -> None:
@@ -57,3 +63,17 @@ def test_the_killed_rank_is_named_as_the_first_to_stop(
     assert ("the first of run B's ranks to stop: killed or crashed" in rank1.role_text) is told
     assert ("stopped after rank1 in run B: a collective lost its peer" in rank0.role_text) is told
     assert comparison.ranks["incomplete"] == (["rank1", "rank0"] if told else ["rank0", "rank1"])
+
+
+@pytest.mark.parametrize("peer", ["sigterm", "missing"])
+def test_no_order_is_told_without_a_lost_collective(tmp_path: Path, peer: str) -> None:
+    """A peer the launcher ended (its file not closed either, and fewer steps when it was slow)
+    or a missing file is no evidence of who stopped first: nothing is said."""
+    a = _job(tmp_path / "a", *[_rank(tmp_path / f"full{r}", 5) for r in (0, 1)])
+    killed = _rank(tmp_path / "killed", 3, killed=True)
+    b = _job(tmp_path / "b", _rank(tmp_path / "slow", 2, killed=True), killed)
+    if peer == "missing":
+        (b / "rank0.h5").unlink()
+    comparison = compare_runs(a, b)
+    texts = " ".join(p.role_text for p in comparison.processes)
+    assert "to stop" not in texts and "stopped after" not in texts
