@@ -604,10 +604,7 @@ def _structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Diverge
     for probe, which in ((pa, "A"), (pb, "B")):
         news = _only_in_one_run(probe, which)
         if news:  # one run did something the other did not: say what
-            divergence = Divergence(
-                "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
-            )
-            divergence.origin_text = news
+            divergence = _done_in_one_run(key, probe, pa, pb, news)
             _mark_written_at_exit(divergence, probe)
             return divergence
     divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
@@ -638,16 +635,29 @@ def _synced_in_one_run(key: str, a: RunFile, b: RunFile, row: int) -> Divergence
         return None
     if _backwards(a, probe.step) != _backwards(b, probe.step):
         return None
-    divergence = Divergence(
-        "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
-    )
-    divergence.facts["collective"] = "sync_one_run"
-    divergence.origin_text = (
+    divergence = _done_in_one_run(
+        key,
+        probe,
+        pa,
+        pb,
         f"run {which} all-reduced DDP's gradients (`{probe.name}`) after a backward of step "
         f"{probe.step} where run {other} did not: run {other} kept that backward's gradients "
         "local (DDP's no_sync(), as gradient accumulation does) and reduced them together with "
-        f"a later backward's, run {which} reduced each backward's"
+        f"a later backward's, run {which} reduced each backward's",
     )
+    divergence.facts["collective"] = "sync_one_run"
+    return divergence
+
+
+def _done_in_one_run(
+    key: str, probe: Probe, pa: Probe | None, pb: Probe | None, text: str
+) -> Divergence:
+    """A structure divergence at ``probe``, a record only one run made there; ``text`` says
+    what that run did."""
+    divergence = Divergence(
+        "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
+    )
+    divergence.origin_text = text
     return divergence
 
 
@@ -680,15 +690,16 @@ def _evaluation_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
     if evaluating[0] == evaluating[1]:
         return None
     probe, which, next_one, other = (pa, "A", pb, "B") if evaluating[0] else (pb, "B", pa, "A")
-    divergence = Divergence(
-        "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
-    )
-    divergence.facts["batch"] = "evaluation_in_one_run"
-    divergence.origin_text = (
+    divergence = _done_in_one_run(
+        key,
+        probe,
+        pa,
+        pb,
         f"run {which} ran its model `{probe.name}` for inference here (in eval mode, or called "
         f"with training=False: an evaluation or validation pass) where run {other} went on "
-        f"(its next record: {next_one.label}, {next_one.phase})"
+        f"(its next record: {next_one.label}, {next_one.phase})",
     )
+    divergence.facts["batch"] = "evaluation_in_one_run"
     return divergence
 
 
@@ -818,10 +829,7 @@ def _written_at_exit(key: str, a: RunFile, b: RunFile, n: int) -> Divergence | N
     if probe.note != WRITTEN_AT_EXIT:
         return None
     pa, pb = (probe, None) if which == "A" else (None, probe)
-    divergence = Divergence(
-        "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
-    )
-    divergence.origin_text = _only_in_one_run(probe, which)
+    divergence = _done_in_one_run(key, probe, pa, pb, _only_in_one_run(probe, which))
     _mark_written_at_exit(divergence, probe)
     return divergence
 
