@@ -103,9 +103,19 @@ class Divergence:
 
     @property
     def label(self) -> str:
-        """Run A's probe label (``output 1 of Net``, ``loss``), else ``kind of location``."""
-        if self.a is not None:
-            return self.a.label
+        """The label of the probe the divergence is placed at (``output 1 of Net``, ``loss``):
+        run A's, or run B's where only run B made that record; else ``kind of location``.
+
+        >>> batch = Probe(9, 0, "data", "batch", "Net", 0, "float32", (8, 8), 1)
+        >>> bucket = Probe(9, 0, "communication", "collective_in", "ddp.bucket0", 0, "f", (4,), 2)
+        >>> Divergence("structure", "rank0", 0, "communication", "collective_in", "ddp.bucket0",
+        ...            0, batch, bucket).label
+        'collective in of ddp.bucket0'
+        """
+        placed = [p for p in (self.a, self.b) if p is not None and p.name == self.location]
+        at = next((p for p in placed if p.kind == self.kind), self.a)
+        if at is not None:
+            return at.label
         return f"{self.kind.replace('_', ' ')} of {self.location}"
 
     @property
