@@ -384,3 +384,44 @@ def test_an_eager_then_a_compiled_optimizer_make_two_steps(tmp_path: Path) -> No
     records = records_of(tmp_path / "run", Phase.OPTIMIZER)
     assert [step for step, kind, name in records if name == "2.weight"] == [0, 2, 4]
     assert [step for step, kind, name in records if name == "0.weight"] == [1, 3, 5]
+
+
+def test_a_model_freed_while_compiled_code_runs_compiles_nothing_of_the_recorder(
+    tmp_path: Path,
+) -> None:
+    """Freeing a model runs the recorder's finalizer (it fingerprints weights written after
+    the last step). A model freed by compiled code (a side effect dynamo replays) runs it while
+    dynamo's frame callback is set: the finalizer and what it calls must run eagerly, never
+    compiled into graphs of the user's (the flaky extra ``_tensor_version`` graph)."""
+    from torch import nn
+
+    import divergence
+
+    graphs = GraphLog()
+    with divergence.Recorder(tmp_path / "run"):
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+        with torch.no_grad():
+            model.weight.add_(1.0)  # a write after the last step: the finalizer fingerprints it
+        holder = [model]
+        del model
+
+        def release(x: torch.Tensor) -> torch.Tensor:
+            y = x * 2
+            holder.clear()  # the model's last reference: freed by the replayed side effect
+            return y
+
+        torch.compile(release, backend=graphs)(torch.ones(2))
+        assert not holder
+    torch._dynamo.reset()
+    assert graphs.graphs == [
+        [
+            ("placeholder", "L_x_"),
+            ("call_function", "<built-in function mul>"),
+            ("output", "output"),
+        ]
+    ]
+    written = [(kind, name) for step, kind, name in records_of(tmp_path / "run", Phase.OPTIMIZER)]
+    assert written[-1] == ("param", "weight")  # the write, seen when the model was freed

@@ -22,6 +22,7 @@ the step hook with a side effect dynamo replays, and recorded when the region is
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -87,6 +88,32 @@ def _region(
             leave(output)
 
     return region
+
+
+def run_uncompiled(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, run eagerly even where dynamo would compile it: a finalizer the recorder
+    registers can run while compiled code runs (a model freed by a side effect dynamo
+    replays). Dynamo's frame callback is set then, and would compile the recorder's own code
+    into graphs of the program's (see :func:`_never_compiled`).
+
+    >>> run_uncompiled(max, 2, 3)
+    3
+    """
+    return fn(*args)
+
+
+def _never_compiled(code: types.CodeType) -> None:
+    """Tell dynamo to run frames of ``code``, and every frame they call, as they are: the
+    frame strategy ``torch.compiler.disable`` sets, without importing dynamo (a second of
+    start-up) in a program that never compiles. A torch without it compiles such frames."""
+    eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    strategy = getattr(eval_frame, "_FrameExecStrategy", None)
+    action = getattr(eval_frame, "_FrameAction", None)
+    if eval_frame is not None and strategy is not None and action is not None:
+        eval_frame.set_code_exec_strategy(code, strategy(action.SKIP, action.SKIP))
+
+
+_never_compiled(run_uncompiled.__code__)
 
 
 def function_name(fn: Any) -> str:

@@ -41,6 +41,7 @@ from divergence.frameworks.torch.compiled import (
     NOT_OBSERVED,
     compiled_module,
     function_name,
+    run_uncompiled,
     wrap_compile,
 )
 from divergence.frameworks.torch.fingerprint import (
@@ -581,7 +582,8 @@ class TorchRecorder(Instrumentation):
         its model before the process ends. The finalizer holds the parameter tables of the
         root's modules (each lives as long as its module), never the root."""
         tables = [module._parameters for module in root.modules()]
-        finalizer = weakref.finalize(root, self.guard(self._note_freed_writes), tables)
+        note = self.guard(self._note_freed_writes)
+        finalizer = weakref.finalize(root, run_uncompiled, note, tables)
         finalizer.atexit = False  # (at exit, :meth:`add_written_at_exit` looks at live roots)
         self.undo.append(lambda: finalizer.detach() and None)
 
