@@ -39,6 +39,7 @@ from divergence.store.schema import (
     Kind,
     Phase,
     Status,
+    message_direction,
     note_parts,
 )
 from divergence.wording import WRITES_AFTER_TRAINING, counted
@@ -1078,6 +1079,8 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
             else ("differs when the optimizer reads it")
         )
         lines.append(f"the gradient of `{d.location}` {what}, at {where}")
+    elif d.kind == "collective_out" and message_direction(d.location):
+        lines.append(f"`{d.location}` received different bits at {where}: {_senders(d)}")
     elif d.kind == "collective_out":
         lines.append(f"the collective `{d.location}` returned different bits at {where}")
     elif d.reason == "structure" and d.a is not None and d.b is not None:
@@ -1087,6 +1090,12 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
     if not environment and cause is not None and cause.cause == "compute":
         lines.append("the runs' recorded settings are identical")
     return lines
+
+
+def _senders(d: Divergence) -> str:
+    """Where a received message came from in the two runs (the receive's notes)."""
+    a, b = (probe.note if probe is not None else "" for probe in (d.a, d.b))
+    return f"{a} in both runs" if a == b else f"{a} in run A, {b} in run B"
 
 
 def _matched_inputs(d: Divergence) -> str:

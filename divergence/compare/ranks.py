@@ -7,7 +7,8 @@ report leads with the globally earliest one (by step, then phase). Then every ra
   or optimizer record, or the inputs it sent to a collective);
 * ``followed``: its first difference is a collective's output while everything before it on the
   rank matched (its own inputs included), and another rank diverged locally no later: it
-  received the difference through communication;
+  received the difference through communication (a point-to-point message: from its sender,
+  where the sender diverged no later);
 * ``communication``: a collective's output differs although no rank diverged before it: the
   inputs matched everywhere and the reduction itself gave other bits (reduction order);
 * ``incomplete``: the rank's file is missing, unreadable, or ended early (a killed rank);
@@ -53,7 +54,14 @@ from divergence.errors import (
 )
 from divergence.store.reader import RunFile, read_meta
 from divergence.store.run import Process, Run
-from divergence.store.schema import REDUCE_OP, Kind
+from divergence.store.schema import (
+    RECEIVE,
+    REDUCE_OP,
+    SEND,
+    Kind,
+    message_direction,
+    message_peer,
+)
 from divergence.wording import counted
 
 FIRST, FOLLOWED, COMMUNICATION = "diverged first", "followed", "communication"
@@ -391,11 +399,15 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
     """Where a first difference at a collective arose (every earlier record of the rank
     matched, so a differing output had matching inputs on this rank)."""
     name = f"`{divergence.location}`"
+    direction = message_direction(divergence.location)
     if divergence.kind == Kind.COLLECTIVE_IN.label:
         divergence.origin = True
-        divergence.origin_text = (
-            f"on this rank before communication: the inputs it passed to {name} differ"
+        what = (
+            f"the tensor it sent through {name} differs"
+            if direction == SEND
+            else (f"the inputs it passed to {name} differ")
         )
+        divergence.origin_text = f"on this rank before communication: {what}"
         return
     records = run.records
     row = divergence.a.row if divergence.a is not None else 0
@@ -410,6 +422,9 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
         ]
     divergence.origin_text = (
         f"in the communication of {name}: this rank's inputs matched, the result did not"
+        if direction != RECEIVE
+        else f"in the communication of {name}: every record before it matched on this rank, "
+        "the tensor received did not"
     )
     ops = [
         _reduce_op(probe.note) if probe is not None else ""
@@ -445,8 +460,10 @@ def place_ranks(comparison: Comparison) -> None:
     origins = [d.process for d in local if d.sort_key == earliest_local]
     # (a rank whose file cannot be read may hold the local origin no readable rank shows)
     unread = [p.process for p in comparison.processes if p.first and p.first.unreadable]
+    firsts = {p.process: p.first for p in comparison.processes}
     for p in comparison.processes:
-        p.role, p.role_text = _role(p, earliest_local, origins, unread)
+        message = _message_role(p, firsts)
+        p.role, p.role_text = message or _role(p, earliest_local, origins, unread)
         comparison.ranks.setdefault(p.role, []).append(p.process)
     for which in ("A", "B"):
         _first_to_stop(comparison, which)
@@ -506,6 +523,64 @@ class _Side:
         return self.steps(p) < other
 
 
+def _message_role(
+    p: ProcessComparison, firsts: dict[str, Divergence | None]
+) -> tuple[str, str] | None:
+    """The role of a rank whose first difference is a point-to-point message it received
+    (None for any other): it followed its sender where the sender diverged no later (in the
+    same step and phase, unless the sender's own first difference is a message from this
+    rank); else the message itself differs, the sent tensors having matched: another sender
+    (a receive from any rank) or another order."""
+    d = p.first
+    if d is None or not _received(d) or message_direction(d.location) != RECEIVE:
+        return None
+    where = f"step {d.step}, {d.phase}: {d.label}"
+    peers = [message_peer(probe.note) if probe is not None else None for probe in (d.a, d.b)]
+    if peers[0] is not None and peers[1] is not None and peers[0] != peers[1]:
+        d.origin = True
+        d.origin_text = (
+            f"in the communication of `{d.location}`: the message came from rank{peers[0]} in "
+            f"run A and from rank{peers[1]} in run B"
+        )
+        return COMMUNICATION, where
+    sender = f"rank{peers[0]}" if peers[0] is not None else None
+    first = firsts.get(sender) if sender is not None else None
+    if sender is None or sender not in firsts:
+        return None  # (a sender in another group, or not compared: as any collective)
+    if first is not None and _diverged_before_sending(first, d, p.process):
+        d.origin, d.cause = False, "propagated"
+        d.origin_text = (
+            f"received from {sender} through `{d.location}`: every record before it matched "
+            f"on this rank; {sender} diverged first"
+        )
+        d.cause_text = (
+            f"{sender} diverged first; this rank only received the difference through "
+            f"`{d.location}`. Fix: look at {sender}'s divergence"
+        )
+        return FOLLOWED, f"{where} (received from {sender})"
+    d.origin = None if d.facts.get("unseen") else True  # (see caveat_unseen_state)
+    d.origin_text = (
+        f"in the communication of `{d.location}`: what {sender} sent matched, the tensor "
+        "received differs"
+    )
+    return COMMUNICATION, where
+
+
+def _diverged_before_sending(sender: Divergence, received: Divergence, receiver: str) -> bool:
+    """Whether a sender's first difference comes before the message ``received``: an earlier
+    step or phase, or the same one where the sender's is not itself a message from the
+    receiver (two ranks whose first differences are messages to each other are not ordered)."""
+    if sender.sort_key != received.sort_key:
+        return sender.sort_key < received.sort_key
+    from_receiver = (
+        _received(sender)
+        and message_direction(sender.location) == RECEIVE
+        and sender.b is not None
+        and f"rank{message_peer(sender.b.note)}" == receiver
+    )
+    return not from_receiver
+
+
 def _received(d: Divergence) -> bool:
     return d.reason == "value" and d.kind == Kind.COLLECTIVE_OUT.label
 
@@ -539,7 +614,7 @@ def _role(
         d.origin, d.cause = None, "propagated"
         d.origin_text = (
             f"in the communication of `{d.location}`, or on {', '.join(unread)}, whose file "
-            "cannot be read: this rank's inputs matched, the reduced result differs"
+            f"cannot be read: this rank's inputs matched, {_result(d)} differs"
         )
         d.cause_text = (
             f"the readable ranks' inputs to `{d.location}` matched; {', '.join(unread)} "
@@ -550,10 +625,20 @@ def _role(
     d.origin = None if d.facts.get("unseen") else True  # (see caveat_unseen_state)
     if d.facts.get("collective") != "other_op" and not d.facts.get("unseen"):
         d.origin_text = (
-            f"in the communication of `{d.location}`: every rank's inputs matched, the reduced "
-            "result differs"
+            f"in the communication of `{d.location}`: every rank's inputs matched, "
+            f"{_result(d)} differs"
         )
     return COMMUNICATION, where
+
+
+def _result(d: Divergence) -> str:
+    """What a collective made: a reduced result, or the tensor a receive got (every rank's
+    records matched before it, what was sent included)."""
+    return (
+        "the tensor received"
+        if message_direction(d.location) == RECEIVE
+        else ("the reduced result")
+    )
 
 
 def _ended(p: ProcessComparison) -> str:

@@ -26,7 +26,7 @@ from divergence.compare.model import (
     display_value,
 )
 from divergence.report.commands import divergence_commands
-from divergence.store.schema import note_parts
+from divergence.store.schema import message_direction, note_parts
 from divergence.wording import counted
 
 WIDTH = 100
@@ -173,8 +173,11 @@ def origin_text(d: Divergence) -> str:
         return "yes: a setting, given to the program, not computed from recorded tensors"
     if d.origin and d.phase == "init" and d.kind in ("param", "buffer"):
         return "yes: a value the run started from, not computed from recorded tensors"
+    if d.origin and d.kind == "collective_out" and message_direction(d.location):
+        return "yes: the message received differs, every record before it matched"
     if d.origin and d.kind == "collective_in":
-        return "yes: this rank passed other values to the collective, every record before matched"
+        what = "sent other values" if message_direction(d.location) else "passed other values to"
+        return f"yes: this rank {what} the collective, every record before matched"
     return {
         True: "yes: its recorded inputs matched, its output did not",
         False: "no: propagated",

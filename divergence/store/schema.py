@@ -151,6 +151,34 @@ UNREAD_AT_TRACE = "initial value unreadable at trace time"
 # a collective's note (0.17.0 on) when it reduces with another op than the default sum:
 # "reduce op MAX"
 REDUCE_OP = "reduce op "
+# point-to-point messages (0.19.0 on) are recorded as collectives named send#0 (its input,
+# noted "to rank 1") and recv#0 (its output, noted "from rank 0")
+SEND, RECEIVE = "send", "recv"
+
+
+def message_peer(note: str) -> int | None:
+    """The global rank a message's note names (``from rank 0``, ``to rank 1``); None for a
+    rank in another group than the default one, or no rank.
+
+    >>> message_peer("from rank 2"), message_peer("from group rank 2"), message_peer("")
+    (2, None, None)
+    """
+    words = note.split()
+    if len(words) == 3 and words[0] in ("from", "to") and words[1] == "rank":
+        return int(words[2]) if words[2].isdigit() else None
+    return None
+
+
+def message_direction(name: str) -> str:
+    """``"send"`` or ``"recv"`` for a point-to-point message's record, ``""`` for any other.
+
+    >>> message_direction("recv#2"), message_direction("all_reduce#0")
+    ('recv', '')
+    """
+    op = name.split("#", 1)[0]
+    return op if op in (SEND, RECEIVE) and "#" in name else ""
+
+
 # On a Keras gradient recorded in the optimizer phase: apply_gradients() got another tensor
 # than tape.gradient() returned (clipped, scaled, edited). The tape's own is recorded in the
 # backward phase where the recorder knows it (0.6.0 on), else the first note says it is not.

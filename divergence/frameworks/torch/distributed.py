@@ -10,6 +10,13 @@ the communication pattern is the user's own: no extra collective, no barrier, no
   complete: at return for a synchronous call, at ``Work.wait()`` for ``async_op=True`` (or, if
   never waited in Python, before the next ``optimizer.step()``). Names carry a per-step call
   counter: ``all_reduce#0``, ``all_reduce#1``.
+* Point-to-point messages (pipeline and tensor parallelism), at the process group's ``send``,
+  ``recv`` and ``recv_anysource`` that ``send``, ``recv``, ``isend``, ``irecv``,
+  ``batch_isend_irecv`` and the object variants all call: what is sent (``collective_in`` of
+  ``send#k``, noted ``to rank 1``) and what is received (``collective_out`` of ``recv#k``,
+  noted ``from rank 0``, once the work is complete, as an async collective's). Wrapping the
+  group's methods, not the functions, leaves the functions themselves to ``P2POp``, which checks
+  them by identity.
 * DDP gradient buckets: a communication hook around DDP's own reduction redone in Python
   (``ddp_reduction.py``: the same bits) or around the user's own hook records each bucket's flat
   local gradients (``collective_in``) and the reduced result (``collective_out``) as
@@ -42,7 +49,7 @@ from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.ddp_reduction import BuiltinReduction
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
 from divergence.record.session import Session
-from divergence.store.schema import DDP_BUCKET, REDUCE_OP, Kind, Phase
+from divergence.store.schema import DDP_BUCKET, RECEIVE, REDUCE_OP, SEND, Kind, Phase
 
 # op -> (argument holding the inputs, argument holding the outputs)
 COLLECTIVES = {
@@ -60,6 +67,9 @@ COLLECTIVES = {
     "all_gather_single": ("input_tensor", "output_tensor"),  # (FSDP2's)
     "reduce_scatter_single": ("input", "output"),  # (FSDP2's)
 }
+
+# a receive from any rank: the sender is known once the work completes
+ANY_SOURCE = "from any rank"
 
 
 def reduce_op_note(op: object) -> str:
@@ -93,8 +103,8 @@ class DistributedProbes(Instrumentation):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.calls: dict[str, int] = {}  # op -> calls in this step (names are op#count)
-        # id(work) -> (work, name, outputs, note)
-        self.waiting: dict[int, tuple[object, str, list[torch.Tensor], str]] = {}
+        # id(work) -> (work, name, outputs, note, the group of a receive from any rank)
+        self.waiting: dict[int, tuple[object, str, list[torch.Tensor], str, object]] = {}
         self.buckets: list[tuple[int, str, torch.Tensor]] = []  # (seq, name, reduced) to write
         self.bucket_seq = 0
         self.in_bucket_hook = False  # the hook's own all_reduce is recorded as the bucket
@@ -126,6 +136,10 @@ class DistributedProbes(Instrumentation):
         self.patch(c10d, "destroy_process_group", self._wrap_destroy)
         self.patch(dist, "destroy_process_group", _constant(c10d.destroy_process_group))
         self.patch(c10d.Work, "wait", self._wrap_wait)
+        group = dist.ProcessGroup
+        self.patch(group, "send", lambda original: self._wrap_message(SEND, original, "dstRank"))
+        self.patch(group, "recv", lambda original: self._wrap_message(RECEIVE, original, "srcRank"))
+        self.patch(group, "recv_anysource", lambda original: self._wrap_message(RECEIVE, original))
         self.patch(torch._C.Future, "then", self._wrap_then)
         self.patch(torch._C.Future, "add_done_callback", self._wrap_then)
         self.patch(torch.autograd, "backward", self._wrap_backward)
@@ -206,8 +220,49 @@ class DistributedProbes(Instrumentation):
         if result is None or not bound.arguments.get("async_op", False):
             self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
         else:  # async: the outputs are only valid once the work is complete
-            with self.lock:
-                self.waiting[id(result)] = (result, name, outputs, note)
+            self._wait_for(result, name, outputs, note)
+
+    def _wait_for(
+        self, work: object, name: str, outputs: list[torch.Tensor], note: str, group: object = None
+    ) -> None:
+        """Record ``outputs`` once ``work`` is complete (:meth:`_completed`)."""
+        with self.lock:
+            self.waiting[id(work)] = (work, name, outputs, note, group)
+
+    # --- point-to-point messages ----------------------------------------------------------
+    def _wrap_message(
+        self, op: str, original: Callable[..., Any], peer_argument: str = ""
+    ) -> Callable[..., Any]:
+        """``ProcessGroup.send(tensors, dstRank, tag)``, ``.recv(tensors, srcRank, tag)`` or
+        ``.recv_anysource(tensors, tag)`` (no ``peer_argument``), recorded (see the module
+        docstring)."""
+        probes = self
+
+        @functools.wraps(original)
+        def message(group: Any, tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            peer = (args[0] if args else kwargs.get(peer_argument)) if peer_argument else None
+            name = probes.guarded_call(probes._before_message, op, group, tensors, peer)
+            work = original(group, tensors, *args, **kwargs)
+            if name is not None and op == RECEIVE and work is not None:
+                note = ANY_SOURCE if peer is None else f"from {_global_rank(group, peer)}"
+                probes.guarded_call(probes._wait_for, work, name, list(tensors), note, group)
+            return work
+
+        return message
+
+    def _before_message(
+        self, op: str, group: object, tensors: list[torch.Tensor], peer: int | None
+    ) -> str | None:
+        """The message's name (``send#0``), and a send's tensors recorded; None when not
+        recorded."""
+        in_callback = getattr(self.in_callback, "depth", 0)
+        if self.in_bucket_hook or in_callback or not self.session.begin_event():
+            return None
+        name = self._next_name(op)
+        if op == SEND:
+            note = "" if peer is None else f"to {_global_rank(group, peer)}"
+            self._add(Kind.COLLECTIVE_IN, name, list(tensors), note)
+        return name
 
     def _wrap_then(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``Future.then`` and ``add_done_callback``: a callback runs on whichever thread
@@ -247,16 +302,28 @@ class DistributedProbes(Instrumentation):
         with self.lock:
             entry = self.waiting.pop(id(work), None)
         if entry is not None and entry[0] is work:
-            self._add(Kind.COLLECTIVE_OUT, *entry[1:])
+            self._add_completed(*entry)
 
     def _flush_waiting(self) -> None:
         """Works never waited through Python (``get_future().wait()``): complete them in call
         order before the step ends (waiting again on a finished work is a no-op)."""
         with self.lock:
             entries, self.waiting = list(self.waiting.values()), {}
-        for work, name, outputs, note in entries:
-            work.wait()  # type: ignore[attr-defined]
-            self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
+        for entry in entries:
+            entry[0].wait()  # type: ignore[attr-defined]
+            self._add_completed(*entry)
+
+    def _add_completed(
+        self, work: object, name: str, outputs: list[torch.Tensor], note: str, group: object
+    ) -> None:
+        """A completed work's outputs; a receive from any rank noted with its sender."""
+        if note == ANY_SOURCE:
+            try:
+                source = work._source_rank()  # type: ignore[attr-defined]
+                note = f"from {_global_rank(group, source)}"
+            except (AttributeError, RuntimeError):  # (a backend that does not say)
+                pass
+        self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
 
     def _before_step(self, *_: Any) -> None:
         if torch.compiler.is_compiling():  # (a lock breaks the graph: flushed when eager)
@@ -433,6 +500,15 @@ def _constant(value: object) -> Callable[[object], object]:
         return value
 
     return replace
+
+
+def _global_rank(group: Any, rank: int) -> str:
+    """``rank <R>`` for a rank of ``group`` by its global rank, or ``group rank <r>`` where the
+    group does not say."""
+    try:
+        return f"rank {dist.get_global_rank(group, int(rank))}"
+    except (ValueError, RuntimeError, TypeError):
+        return f"group rank {rank}"
 
 
 def _is_root(bound: inspect.BoundArguments, role: str) -> bool:

@@ -1,0 +1,134 @@
+"""A two-stage pipeline over two ranks on the CPU ``gloo`` backend, for the point-to-point tests.
+
+    torchrun --standalone --nproc_per_node 2 tests/example_scripts/pipeline_p2p.py [--steps 4]
+
+Rank 0 holds the first stage (Linear, Tanh) and sends its activations to rank 1, which holds the
+second (Linear) and the loss, and sends the gradient of the activations back; each rank steps
+its own SGD. Each rank prints ``final-params rank<r> <sha256>`` at the end, so a recorded and an
+unrecorded run can be checked for the same bits.
+
+Options (without them, two runs are bit-identical):
+  --flip-step K   at step K rank 0 flips mantissa bit 12 of one activation it sends, in code no
+                  module runs (rank 1 only receives the difference)
+  --batched       every message through ``batch_isend_irecv`` (isend/irecv works, waited)
+  --any-source    rank 1 receives the activations with ``recv(src=None)``
+  --side-sender   (3 ranks) at step 0 rank 2 sends rank 1 a tensor of 0.5s, and rank 1 takes
+                  the first of the two messages from any rank as its activations; with
+                  ``P2P_DELAY_RANK=R`` rank R waits 2 s before sending it, so run B can take
+                  the other message than run A (the environment variable is not recorded)
+Also: --steps N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+D_IN, HIDDEN, D_OUT, BATCH = 8, 16, 2, 8
+
+
+def exchange(tensor: torch.Tensor, peer: int, send: bool, batched: bool) -> None:
+    """Send ``tensor`` to ``peer`` or receive into it, blocking or through a batch of works."""
+    if batched:
+        op = dist.P2POp(dist.isend if send else dist.irecv, tensor, peer)
+        for work in dist.batch_isend_irecv([op]):
+            work.wait()
+    elif send:
+        dist.send(tensor, peer)
+    else:
+        dist.recv(tensor, peer)
+
+
+def first_stage(args: argparse.Namespace, x: torch.Tensor) -> nn.Module:
+    stage = nn.Sequential(nn.Linear(D_IN, HIDDEN), nn.Tanh())
+    optimizer = torch.optim.SGD(stage.parameters(), lr=0.05)
+    for step in range(args.steps):
+        optimizer.zero_grad()
+        h = stage(x[step * BATCH : (step + 1) * BATCH])
+        sent = h.detach().clone()
+        if step == 0:
+            delay(0)
+        if step == args.flip_step:
+            sent.view(torch.int32)[0, 0] ^= 1 << 12
+        exchange(sent, 1, send=True, batched=args.batched)
+        grad = torch.empty_like(h)
+        exchange(grad, 1, send=False, batched=args.batched)
+        h.backward(grad)
+        optimizer.step()
+    return stage
+
+
+def second_stage(args: argparse.Namespace, y: torch.Tensor) -> nn.Module:
+    stage = nn.Linear(HIDDEN, D_OUT)
+    optimizer = torch.optim.SGD(stage.parameters(), lr=0.05)
+    for step in range(args.steps):
+        optimizer.zero_grad()
+        h = torch.empty(BATCH, HIDDEN)
+        if args.side_sender and step == 0:  # the first of two messages from any rank
+            dist.recv(h)
+            dist.recv(torch.empty(BATCH, HIDDEN))
+        elif args.any_source:
+            dist.recv(h)
+        else:
+            exchange(h, 0, send=False, batched=args.batched)
+        h.requires_grad_()
+        out = stage(h)
+        loss = (out - y[step * BATCH : (step + 1) * BATCH]).pow(2).mean()
+        loss.backward()
+        assert h.grad is not None
+        exchange(h.grad, 0, send=True, batched=args.batched)
+        optimizer.step()
+    return stage
+
+
+def delay(rank: int) -> None:
+    if os.environ.get("P2P_DELAY_RANK") == str(rank):
+        time.sleep(2.0)
+
+
+def side_sender() -> None:
+    delay(2)
+    dist.send(torch.full((BATCH, HIDDEN), 0.5), 1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--flip-step", type=int, default=None)
+    p.add_argument("--batched", action="store_true")
+    p.add_argument("--any-source", action="store_true")
+    p.add_argument("--side-sender", action="store_true")
+    args = p.parse_args()
+    dist.init_process_group("gloo")
+    dist.barrier()  # (every rank starts its steps together: the delays order the messages)
+    rank = dist.get_rank()
+    torch.set_num_threads(1)
+    torch.manual_seed(rank)
+    random.seed(0)  # unused, but unseeded generators would show up as evidence in reports
+    np.random.seed(0)
+    if rank == 2:  # (it takes no training step: it leaves no file)
+        side_sender()
+        dist.destroy_process_group()
+        return
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(args.steps * BATCH, D_IN, generator=g)
+    y = x[:, :D_OUT] * 2.0
+    stage = first_stage(args, x) if rank == 0 else second_stage(args, y)
+    digest = hashlib.sha256()
+    for param in stage.parameters():
+        digest.update(param.detach().numpy().tobytes())
+    # one write: the ranks share the launcher's stdout, and print() writes the newline apart
+    os.write(1, f"final-params rank{rank} {digest.hexdigest()}\n".encode())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
