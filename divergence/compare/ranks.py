@@ -527,27 +527,41 @@ def _message_role(
     p: ProcessComparison, firsts: dict[str, Divergence | None]
 ) -> tuple[str, str] | None:
     """The role of a rank whose first difference is a point-to-point message it received
-    (None for any other): it followed its sender where the sender diverged no later (in the
-    same step and phase, unless the sender's own first difference is a message from this
-    rank); else the message itself differs, the sent tensors having matched: another sender
-    (a receive from any rank) or another order."""
+    (None for any other, and where the sender is not known: as any collective's output).
+
+    * The message came from another rank in run B (a receive from any rank): communication.
+    * Its sender diverged earlier, or in the same step and phase: followed, from the sender.
+      Two ranks whose first differences are messages from each other in one step and phase
+      are not ordered: the origin is left open on both.
+    * Its sender diverged later or not at all, so what it sent matched: communication.
+    """
     d = p.first
     if d is None or not _received(d) or message_direction(d.location) != RECEIVE:
         return None
     where = f"step {d.step}, {d.phase}: {d.label}"
+    message = f"in the communication of `{d.location}`"
     peers = [message_peer(probe.note) if probe is not None else None for probe in (d.a, d.b)]
     if peers[0] is not None and peers[1] is not None and peers[0] != peers[1]:
         d.origin = True
         d.origin_text = (
-            f"in the communication of `{d.location}`: the message came from rank{peers[0]} in "
-            f"run A and from rank{peers[1]} in run B"
+            f"{message}: the message came from rank{peers[0]} in run A and from "
+            f"rank{peers[1]} in run B"
         )
         return COMMUNICATION, where
-    sender = f"rank{peers[0]}" if peers[0] is not None else None
-    first = firsts.get(sender) if sender is not None else None
-    if sender is None or sender not in firsts:
-        return None  # (a sender in another group, or not compared: as any collective)
-    if first is not None and _diverged_before_sending(first, d, p.process):
+    sender = f"rank{peers[0]}"
+    if peers[0] is None or sender not in firsts:
+        return None  # (a rank of another group, or not compared)
+    first = firsts[sender]
+    if first is not None and (first.unreadable or first.reason == "length"):
+        return None  # (what it sent is not known, or its file ended)
+    if first is not None and first.sort_key == d.sort_key and _from(first, p.process):
+        d.origin = None
+        d.origin_text = (
+            f"{message}: {sender}'s first difference is a message from this rank in the same "
+            "step; which of the two parted first is not recorded"
+        )
+        return COMMUNICATION, where
+    if first is not None and first.sort_key <= d.sort_key:
         d.origin, d.cause = False, "propagated"
         d.origin_text = (
             f"received from {sender} through `{d.location}`: every record before it matched "
@@ -559,26 +573,18 @@ def _message_role(
         )
         return FOLLOWED, f"{where} (received from {sender})"
     d.origin = None if d.facts.get("unseen") else True  # (see caveat_unseen_state)
-    d.origin_text = (
-        f"in the communication of `{d.location}`: what {sender} sent matched, the tensor "
-        "received differs"
-    )
+    d.origin_text = f"{message}: what {sender} sent matched, the tensor received differs"
     return COMMUNICATION, where
 
 
-def _diverged_before_sending(sender: Divergence, received: Divergence, receiver: str) -> bool:
-    """Whether a sender's first difference comes before the message ``received``: an earlier
-    step or phase, or the same one where the sender's is not itself a message from the
-    receiver (two ranks whose first differences are messages to each other are not ordered)."""
-    if sender.sort_key != received.sort_key:
-        return sender.sort_key < received.sort_key
-    from_receiver = (
-        _received(sender)
-        and message_direction(sender.location) == RECEIVE
-        and sender.b is not None
-        and f"rank{message_peer(sender.b.note)}" == receiver
+def _from(d: Divergence, rank: str) -> bool:
+    """Whether ``d`` is a message received from ``rank``."""
+    return (
+        _received(d)
+        and message_direction(d.location) == RECEIVE
+        and d.b is not None
+        and f"rank{message_peer(d.b.note)}" == rank
     )
-    return not from_receiver
 
 
 def _received(d: Divergence) -> bool:
