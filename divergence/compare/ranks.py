@@ -562,19 +562,23 @@ def _message_role(
         )
         return COMMUNICATION, where
     if first is not None and first.sort_key <= d.sort_key:
-        d.origin, d.cause = False, "propagated"
-        d.origin_text = (
-            f"received from {sender} through `{d.location}`: every record before it matched "
-            f"on this rank; {sender} diverged first"
-        )
-        d.cause_text = (
-            f"{sender} diverged first; this rank only received the difference through "
-            f"`{d.location}`. Fix: look at {sender}'s divergence"
-        )
-        return FOLLOWED, f"{where} (received from {sender})"
+        return _followed(d, [sender], f"received from {sender}", "every record before it")
     d.origin = None if d.facts.get("unseen") else True  # (see caveat_unseen_state)
     d.origin_text = f"{message}: what {sender} sent matched, the tensor received differs"
     return COMMUNICATION, where
+
+
+def _followed(d: Divergence, origins: list[str], received: str, matched: str) -> tuple[str, str]:
+    """The role of a rank that only received the difference of ``origins``, which diverged
+    first, through ``d``; its origin and cause texts say so."""
+    names = ", ".join(origins)
+    d.origin, d.cause = False, "propagated"
+    d.origin_text = f"{received} through `{d.location}`: {matched} matched; {names} diverged first"
+    d.cause_text = (
+        f"{names} diverged first; this rank only received the difference through "
+        f"`{d.location}`. Fix: look at {origins[0]}'s divergence"
+    )
+    return FOLLOWED, f"step {d.step}, {d.phase}: {d.label} (received from {names})"
 
 
 def _from(d: Divergence, rank: str) -> bool:
@@ -606,16 +610,7 @@ def _role(
     if not _received(d):
         return FIRST, where
     if earliest_local is not None and earliest_local <= d.sort_key:
-        d.origin, d.cause = False, "propagated"
-        d.origin_text = (
-            f"received through `{d.location}`: this rank's inputs matched; "
-            f"{', '.join(origins)} diverged first"
-        )
-        d.cause_text = (
-            f"{', '.join(origins)} diverged locally first; this rank only received the "
-            f"difference through `{d.location}`. Fix: look at {origins[0]}'s divergence"
-        )
-        return FOLLOWED, f"{where} (received from {', '.join(origins)})"
+        return _followed(d, origins, "received", "this rank's inputs")
     if unread:
         d.origin, d.cause = None, "propagated"
         d.origin_text = (

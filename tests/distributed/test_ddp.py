@@ -18,7 +18,8 @@ import pytest
 from divergence.compare import ranks as ranks_module
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind
-from tests.conftest import ROOT, SCRIPTS, compare_json, run_cli
+from tests.conftest import SCRIPTS, compare_json, run_cli
+from tests.distributed.jobs import launch, run_all
 
 TORCHRUN = [str(Path(sys.executable).with_name("torchrun")), "--standalone"]
 DDP = str(SCRIPTS / "ddp_train.py")
@@ -87,33 +88,24 @@ RUNS = {  # name -> (command, expected exit status is zero)
 }
 
 
-def _start(name: str, out: Path) -> subprocess.Popen[str]:
-    command, _ = RUNS[name]
-    if not name.endswith("plain"):
-        command = [sys.executable, "-m", "divergence", "record", "-o", str(out), "--", *command]
-    return subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Record every run of :data:`RUNS`, two at a time (the machines have 2 cores)."""
+    """Record every run of :data:`RUNS` (those named ``*plain`` run unrecorded)."""
     base = tmp_path_factory.mktemp("ddp")
     paths = {name: base / name for name in RUNS}
-    pending: list[str] = list(RUNS)
-    running: list[tuple[str, subprocess.Popen[str]]] = []
-    while pending or running:
-        while pending and len(running) < 2:
-            name = pending.pop(0)
-            running.append((name, _start(name, paths[name])))
-        name, process = running.pop(0)
-        stdout, stderr = process.communicate(timeout=180)
-        if GLOO_ABORT in stderr and RUNS[name][1]:  # gloo's own teardown race: record again
-            shutil.rmtree(paths[name], ignore_errors=True)
-            stdout, stderr = (process := _start(name, paths[name])).communicate(timeout=180)
-        assert (process.returncode == 0) == RUNS[name][1], (name, stderr[-3000:])
-        (base / f"{name}.stdout").write_text(stdout)
+
+    def start(name: str) -> subprocess.Popen[str]:
+        return launch(RUNS[name][0], None if name.endswith("plain") else paths[name])
+
+    def again(name: str, stderr: str) -> bool:  # gloo's own teardown race: record again
+        if GLOO_ABORT not in stderr or not RUNS[name][1]:
+            return False
+        shutil.rmtree(paths[name], ignore_errors=True)
+        return True
+
+    for name, job in run_all(list(RUNS), start, again).items():
+        assert (job.returncode == 0) == RUNS[name][1], (name, job.stderr[-3000:])
+        (base / f"{name}.stdout").write_text(job.stdout)
     return paths
 
 

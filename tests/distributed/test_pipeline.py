@@ -9,13 +9,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind
-from tests.conftest import ROOT, SCRIPTS, compare_json
+from tests.conftest import SCRIPTS, compare_json
+from tests.distributed.jobs import launch, run_all
 
 TORCHRUN = [str(Path(sys.executable).with_name("torchrun")), "--standalone"]
 PIPELINE = str(SCRIPTS / "pipeline_p2p.py")
@@ -29,47 +31,37 @@ RUNS: dict[str, tuple[list[str], dict[str, str]]] = {  # name -> (command, envir
     "batched": ([*TWO, "--batched"], {}),
     "batched_plain": ([*TWO, "--batched"], {}),
     "any": ([*TWO, "--any-source"], {}),
-    # rank 1 takes the first of two messages from any rank: rank 0's, then rank 2's
-    "side_a": ([*THREE, "--side-sender"], {"P2P_DELAY_RANK": "2"}),
-    "side_b": ([*THREE, "--side-sender"], {"P2P_DELAY_RANK": "0"}),
+    # rank 1 takes the first of two messages from any rank: rank 0's in run A, rank 2's in B
+    "side_a": ([*THREE, "--side-sender"], {"P2P_LAST_SENDER": "2"}),
+    "side_b": ([*THREE, "--side-sender"], {"P2P_LAST_SENDER": "0"}),
 }
-
-
-def _start(name: str, out: Path) -> subprocess.Popen[str]:
-    command, env = RUNS[name]
-    if not name.endswith("plain"):
-        command = [sys.executable, "-m", "divergence", "record", "-o", str(out), "--", *command]
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Record every run of :data:`RUNS`, two at a time (the machines have 2 cores)."""
+    """Record every run of :data:`RUNS` (those named ``*plain`` run unrecorded)."""
     base = tmp_path_factory.mktemp("pipeline")
     paths = {name: base / name for name in RUNS}
-    pending = list(RUNS)
-    running: list[tuple[str, subprocess.Popen[str]]] = []
-    while pending or running:
-        while pending and len(running) < 2:
-            name = pending.pop(0)
-            running.append((name, _start(name, paths[name])))
-        name, process = running.pop(0)
-        stdout, stderr = process.communicate(timeout=180)
-        assert process.returncode == 0, (name, stderr[-3000:])
-        (base / f"{name}.stdout").write_text(stdout)
+
+    def start(name: str) -> subprocess.Popen[str]:
+        command, env = RUNS[name]
+        out = None if name.endswith("plain") else paths[name]
+        turn = {"P2P_SYNC_FILE": str(base / f"{name}.turn")}  # (see the script)
+        return launch(command, out, {**os.environ, **env, **turn})
+
+    for name, job in run_all(list(RUNS), start).items():
+        assert job.returncode == 0, (name, job.stderr[-3000:])
+        (base / f"{name}.stdout").write_text(job.stdout)
     return paths
 
 
 def _final_params(runs: dict[str, Path], name: str) -> list[str]:
     text = (runs[name].parent / f"{name}.stdout").read_text()
     return sorted(line for line in text.splitlines() if line.startswith("final-params"))
+
+
+def _place(first: dict[str, Any]) -> tuple[object, ...]:
+    return (first["rank"], first["step"], first["kind"], first["location"])
 
 
 def _messages(run: Path, rank: int) -> list[tuple[int, str, str, str]]:
@@ -125,12 +117,7 @@ def test_a_difference_sent_is_placed_on_the_sender_and_followed_by_the_receiver(
     code, report = compare_json(runs["a"], runs["flip"])
     assert code == 1
     first = report["first_divergence"]
-    assert (first["rank"], first["step"], first["kind"], first["location"]) == (
-        "rank0",
-        2,
-        "collective_in",
-        "send#0",
-    )
+    assert _place(first) == ("rank0", 2, "collective_in", "send#0")
     assert first["origin"] is True
     assert "the tensor it sent through `send#0` differs" in first["origin_text"]
     roles = {p["process"]: (p["role"], p["role_text"]) for p in report["processes"]}
@@ -150,12 +137,7 @@ def test_a_receive_from_any_rank_that_took_another_message_is_named(
     code, report = compare_json(runs["side_a"], runs["side_b"])
     assert code == 1
     first = report["first_divergence"]
-    assert (first["rank"], first["step"], first["kind"], first["location"]) == (
-        "rank1",
-        0,
-        "collective_out",
-        "recv#0",
-    )
+    assert _place(first) == ("rank1", 0, "collective_out", "recv#0")
     assert first["origin"] is True
     assert "the message came from rank0 in run A and from rank2 in run B" in first["origin_text"]
     assert first["cause"] == "communication"

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from divergence.store.reader import RunFile
-from tests.conftest import ROOT, SCRIPTS, run_cli
+from tests.conftest import SCRIPTS, run_cli
+from tests.distributed.jobs import launch, run_all
 
 PLAIN = [sys.executable, str(SCRIPTS / "spawned_copies.py")]  # no process group
 GROUP = [sys.executable, str(SCRIPTS / "ddp_spawn.py"), "--steps", "2"]  # init_process_group
@@ -34,28 +35,16 @@ def _start(name: str, out: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
     if rank is not None:
         env["RANK"] = rank
-    return subprocess.Popen(
-        [sys.executable, "-m", "divergence", "record", "-o", str(out), "--", *command],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return launch(command, out, env)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Record every run of :data:`RUNS`, two at a time (the machines have 2 cores)."""
+    """Record every run of :data:`RUNS`."""
     base = tmp_path_factory.mktemp("rank_naming")
     paths = {name: base / name for name in RUNS}
-    pending = list(RUNS)
-    while pending:
-        started = [(name, _start(name, paths[name])) for name in pending[:2]]
-        del pending[:2]
-        for name, process in started:
-            _, stderr = process.communicate(timeout=180)
-            assert process.returncode == 0, (name, stderr[-3000:])
+    for name, job in run_all(list(RUNS), lambda name: _start(name, paths[name])).items():
+        assert job.returncode == 0, (name, job.stderr[-3000:])
     return paths
 
 

@@ -13,9 +13,10 @@ Options (without them, two runs are bit-identical):
   --batched       every message through ``batch_isend_irecv`` (isend/irecv works, waited)
   --any-source    rank 1 receives the activations with ``recv(src=None)``
   --side-sender   (3 ranks) at step 0 rank 2 sends rank 1 a tensor of 0.5s, and rank 1 takes
-                  the first of the two messages from any rank as its activations; with
-                  ``P2P_DELAY_RANK=R`` rank R waits 2 s before sending it, so run B can take
-                  the other message than run A (the environment variable is not recorded)
+                  the first of the two messages from any rank as its activations. With
+                  ``P2P_LAST_SENDER=R`` and ``P2P_SYNC_FILE=PATH``, rank R sends its message
+                  only once rank 1 received the other one (rank 1 then creates PATH), so run B
+                  can take the other message than run A (these variables are not recorded)
 Also: --steps N.
 """
 
@@ -26,6 +27,7 @@ import hashlib
 import os
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -55,7 +57,7 @@ def first_stage(args: argparse.Namespace, x: torch.Tensor) -> nn.Module:
         h = stage(x[step * BATCH : (step + 1) * BATCH])
         sent = h.detach().clone()
         if step == 0:
-            delay(0)
+            wait_turn(0)
         if step == args.flip_step:
             sent.view(torch.int32)[0, 0] ^= 1 << 12
         exchange(sent, 1, send=True, batched=args.batched)
@@ -74,6 +76,8 @@ def second_stage(args: argparse.Namespace, y: torch.Tensor) -> nn.Module:
         h = torch.empty(BATCH, HIDDEN)
         if args.side_sender and step == 0:  # the first of two messages from any rank
             dist.recv(h)
+            if "P2P_SYNC_FILE" in os.environ:  # (the last sender's turn)
+                Path(os.environ["P2P_SYNC_FILE"]).touch()
             dist.recv(torch.empty(BATCH, HIDDEN))
         elif args.any_source:
             dist.recv(h)
@@ -89,13 +93,16 @@ def second_stage(args: argparse.Namespace, y: torch.Tensor) -> nn.Module:
     return stage
 
 
-def delay(rank: int) -> None:
-    if os.environ.get("P2P_DELAY_RANK") == str(rank):
-        time.sleep(2.0)
+def wait_turn(rank: int) -> None:
+    """As the last sender (``P2P_LAST_SENDER``): wait until rank 1 received the other
+    message (through a file: nothing recorded)."""
+    if os.environ.get("P2P_LAST_SENDER") == str(rank):
+        while not Path(os.environ["P2P_SYNC_FILE"]).exists():
+            time.sleep(0.01)
 
 
 def side_sender() -> None:
-    delay(2)
+    wait_turn(2)
     dist.send(torch.full((BATCH, HIDDEN), 0.5), 1)
 
 
@@ -108,7 +115,6 @@ def main() -> None:
     p.add_argument("--side-sender", action="store_true")
     args = p.parse_args()
     dist.init_process_group("gloo")
-    dist.barrier()  # (every rank starts its steps together: the delays order the messages)
     rank = dist.get_rank()
     torch.set_num_threads(1)
     torch.manual_seed(rank)
