@@ -1079,7 +1079,7 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
             else ("differs when the optimizer reads it")
         )
         lines.append(f"the gradient of `{d.location}` {what}, at {where}")
-    elif d.kind == "collective_out" and message_direction(d.location):
+    elif d.kind == "collective_out" and d.reason == "value" and message_direction(d.location):
         lines.append(f"`{d.location}` received different bits at {where}: {_senders(d)}")
     elif d.kind == "collective_out":
         lines.append(f"the collective `{d.location}` returned different bits at {where}")
@@ -1094,7 +1094,7 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
 
 def _senders(d: Divergence) -> str:
     """Where a received message came from in the two runs (the receive's notes)."""
-    a, b = (probe.note if probe is not None else "" for probe in (d.a, d.b))
+    a, b = (probe.note or "from a sender not noted" if probe else "" for probe in (d.a, d.b))
     return f"{a} in both runs" if a == b else f"{a} in run A, {b} in run B"
 
 

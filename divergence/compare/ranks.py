@@ -61,6 +61,7 @@ from divergence.store.schema import (
     Kind,
     message_direction,
     message_peer,
+    message_senders,
 )
 from divergence.wording import counted
 
@@ -402,11 +403,9 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
     direction = message_direction(divergence.location)
     if divergence.kind == Kind.COLLECTIVE_IN.label:
         divergence.origin = True
-        what = (
-            f"the tensor it sent through {name} differs"
-            if direction == SEND
-            else (f"the inputs it passed to {name} differ")
-        )
+        what = f"the inputs it passed to {name} differ"
+        if direction == SEND:
+            what = f"the tensor it sent through {name} differs"
         divergence.origin_text = f"on this rank before communication: {what}"
         return
     records = run.records
@@ -422,10 +421,10 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
         ]
     divergence.origin_text = (
         f"in the communication of {name}: this rank's inputs matched, the result did not"
-        if direction != RECEIVE
-        else f"in the communication of {name}: every record before it matched on this rank, "
-        "the tensor received did not"
     )
+    if direction == RECEIVE:
+        _explain_message(divergence)
+        return
     ops = [
         _reduce_op(probe.note) if probe is not None else ""
         for probe in (divergence.a, divergence.b)
@@ -437,6 +436,26 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
             f"{ops[1]} in run B, from inputs that matched on this rank"
         )
         divergence.facts["collective"] = "other_op"
+
+
+def _explain_message(d: Divergence) -> None:
+    """A received message whose bits differ, every earlier record of the rank matching: from
+    another sender in run B (``facts["collective"]``: see :func:`message_senders`), or from
+    the same one (its role, once every rank is compared, says whether that sender diverged)."""
+    a, b = (probe.note if probe is not None else "" for probe in (d.a, d.b))
+    senders = message_senders(a, b)
+    d.origin_text = (
+        f"in the communication of `{d.location}`: every record before it matched on this "
+        "rank, the tensor received did not"
+    )
+    if senders:
+        d.origin = True
+        d.facts["collective"] = senders
+        how = "a receive from any rank" if senders == "any_source" else "each named by src="
+        d.origin_text = (
+            f"in the communication of `{d.location}`: the message came from "
+            f"rank{message_peer(a)} in run A and from rank{message_peer(b)} in run B ({how})"
+        )
 
 
 def _reduce_op(note: str) -> str:
@@ -539,22 +558,16 @@ def _message_role(
     if d is None or not _received(d) or message_direction(d.location) != RECEIVE:
         return None
     where = f"step {d.step}, {d.phase}: {d.label}"
-    message = f"in the communication of `{d.location}`"
-    peers = [message_peer(probe.note) if probe is not None else None for probe in (d.a, d.b)]
-    if peers[0] is not None and peers[1] is not None and peers[0] != peers[1]:
-        d.origin = True
-        d.origin_text = (
-            f"{message}: the message came from rank{peers[0]} in run A and from "
-            f"rank{peers[1]} in run B"
-        )
-        return COMMUNICATION, where
-    sender = f"rank{peers[0]}"
-    if peers[0] is None or sender not in firsts:
+    if d.facts.get("collective") in ("any_source", "other_sender"):
+        return COMMUNICATION, where  # (from another sender: see _explain_message)
+    sender = _sender(d)
+    first = firsts.get(sender or "")
+    if sender is None or sender not in firsts:
         return None  # (a rank of another group, or not compared)
-    first = firsts[sender]
     if first is not None and (first.unreadable or first.reason == "length"):
         return None  # (what it sent is not known, or its file ended)
-    if first is not None and first.sort_key == d.sort_key and _from(first, p.process):
+    message = f"in the communication of `{d.location}`"
+    if first is not None and first.sort_key == d.sort_key and _sender(first) == p.process:
         d.origin = None
         d.origin_text = (
             f"{message}: {sender}'s first difference is a message from this rank in the same "
@@ -562,33 +575,65 @@ def _message_role(
         )
         return COMMUNICATION, where
     if first is not None and first.sort_key <= d.sort_key:
-        return _followed(d, [sender], f"received from {sender}", "every record before it")
+        origin = _origin_upstream(sender, firsts)
+        via = sender if origin != sender else ""
+        return _followed(d, [origin], "every record before it", via)
     d.origin = None if d.facts.get("unseen") else True  # (see caveat_unseen_state)
     d.origin_text = f"{message}: what {sender} sent matched, the tensor received differs"
     return COMMUNICATION, where
 
 
-def _followed(d: Divergence, origins: list[str], received: str, matched: str) -> tuple[str, str]:
+def _origin_upstream(sender: str, firsts: dict[str, Divergence | None]) -> str:
+    """The rank whose difference reached ``sender``: up the chain of ranks whose first
+    difference is a message they received from a rank that diverged no later (a pipeline's
+    stages), to the first that diverged otherwise."""
+    seen = {sender}
+    while True:
+        first = firsts.get(sender)
+        upstream = _sender(first) if first is not None and _received(first) else None
+        above = firsts.get(upstream or "")
+        if upstream is None or upstream in seen or above is None or first is None:
+            return sender
+        if above.unreadable or above.reason == "length" or above.sort_key > first.sort_key:
+            return sender
+        seen.add(upstream)
+        sender = upstream
+
+
+def _followed(d: Divergence, origins: list[str], matched: str, sender: str = "") -> tuple[str, str]:
     """The role of a rank that only received the difference of ``origins``, which diverged
-    first, through ``d``; its origin and cause texts say so."""
+    first, through ``d`` (from ``sender``, where another rank passed it on); its origin and
+    cause texts say so."""
     names = ", ".join(origins)
+    source = f"{sender}, which passed on what it received from {names}" if sender else names
+    received = f"received from {sender}" if sender else "received"
     d.origin, d.cause = False, "propagated"
     d.origin_text = f"{received} through `{d.location}`: {matched} matched; {names} diverged first"
     d.cause_text = (
         f"{names} diverged first; this rank only received the difference through "
-        f"`{d.location}`. Fix: look at {origins[0]}'s divergence"
+        f"`{d.location}`{f' from {sender}' if sender else ''}. Fix: look at {origins[0]}'s "
+        "divergence"
     )
-    return FOLLOWED, f"step {d.step}, {d.phase}: {d.label} (received from {names})"
+    return FOLLOWED, f"step {d.step}, {d.phase}: {d.label} (received from {source})"
 
 
-def _from(d: Divergence, rank: str) -> bool:
-    """Whether ``d`` is a message received from ``rank``."""
-    return (
-        _received(d)
-        and message_direction(d.location) == RECEIVE
-        and d.b is not None
-        and f"rank{message_peer(d.b.note)}" == rank
-    )
+def _sender(d: Divergence) -> str | None:
+    """The process (``rank0``) a received message came from, by run A's note (run B's where
+    only run B has the record); None for any other divergence, a sender not known, or one
+    that differs between the runs (see :func:`_explain_message`).
+
+    >>> from divergence.compare.model import Probe
+    >>> d = Divergence("value", "rank1", 0, "communication", "collective_out", "recv#0", 0)
+    >>> d.a = Probe(9, 0, "communication", "collective_out", "recv#0", 0, "f", (4,), 2, "",
+    ...             "from rank 0")
+    >>> _sender(d)
+    'rank0'
+    """
+    probe = d.a if d.a is not None else d.b
+    if probe is None or message_direction(d.location) != RECEIVE or d.facts.get("collective"):
+        return None
+    peer = message_peer(probe.note)
+    return None if peer is None else f"rank{peer}"
 
 
 def _received(d: Divergence) -> bool:
@@ -610,7 +655,7 @@ def _role(
     if not _received(d):
         return FIRST, where
     if earliest_local is not None and earliest_local <= d.sort_key:
-        return _followed(d, origins, "received", "this rank's inputs")
+        return _followed(d, origins, "this rank's inputs")
     if unread:
         d.origin, d.cause = None, "propagated"
         d.origin_text = (

@@ -176,8 +176,10 @@ def origin_text(d: Divergence) -> str:
     if d.origin and d.kind == "collective_out" and message_direction(d.location):
         return "yes: the message received differs, every record before it matched"
     if d.origin and d.kind == "collective_in":
-        what = "sent other values" if message_direction(d.location) else "passed other values to"
-        return f"yes: this rank {what} the collective, every record before matched"
+        if message_direction(d.location):
+            sent = f"sent other values through `{d.location}`"
+            return f"yes: this rank {sent}, every record before matched"
+        return "yes: this rank passed other values to the collective, every record before matched"
     return {
         True: "yes: its recorded inputs matched, its output did not",
         False: "no: propagated",

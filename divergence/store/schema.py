@@ -152,8 +152,10 @@ UNREAD_AT_TRACE = "initial value unreadable at trace time"
 # "reduce op MAX"
 REDUCE_OP = "reduce op "
 # point-to-point messages (0.19.0 on) are recorded as collectives named send#0 (its input,
-# noted "to rank 1") and recv#0 (its output, noted "from rank 0")
+# noted "to rank 1") and recv#0 (its output, noted "from rank 0", and for a receive from any
+# rank "from rank 0 (a receive from any rank)")
 SEND, RECEIVE = "send", "recv"
+ANY_SOURCE = "a receive from any rank"
 
 
 def message_peer(note: str) -> int | None:
@@ -162,11 +164,29 @@ def message_peer(note: str) -> int | None:
 
     >>> message_peer("from rank 2"), message_peer("from group rank 2"), message_peer("")
     (2, None, None)
+    >>> message_peer(f"from rank 3 ({ANY_SOURCE})")
+    3
     """
     words = note.split()
-    if len(words) == 3 and words[0] in ("from", "to") and words[1] == "rank":
+    if len(words) >= 3 and words[0] in ("from", "to") and words[1] == "rank":
         return int(words[2]) if words[2].isdigit() else None
     return None
+
+
+def message_senders(a: str, b: str) -> str:
+    """How two runs' notes of one receive name its sender: ``""`` the same rank (or unknown),
+    ``"any_source"`` another rank through a receive from any rank, ``"other_sender"`` another
+    rank the program named (``src=``): it received in another order.
+
+    >>> message_senders("from rank 0", f"from rank 2 ({ANY_SOURCE})")
+    'any_source'
+    >>> message_senders("from rank 0", "from rank 2"), message_senders("from rank 0", "")
+    ('other_sender', '')
+    """
+    peers = message_peer(a), message_peer(b)
+    if None in peers or peers[0] == peers[1]:
+        return ""
+    return "any_source" if ANY_SOURCE in a or ANY_SOURCE in b else "other_sender"
 
 
 def message_direction(name: str) -> str:

@@ -16,7 +16,12 @@ Options (without them, two runs are bit-identical):
                   the first of the two messages from any rank as its activations. With
                   ``P2P_LAST_SENDER=R`` and ``P2P_SYNC_FILE=PATH``, rank R sends its message
                   only once rank 1 received the other one (rank 1 then creates PATH), so run B
-                  can take the other message than run A (these variables are not recorded)
+                  can take the other message than run A (these variables are not recorded).
+                  With ``P2P_FIRST_SENDER=R`` rank 1 receives them by ``src=``, rank R's first
+  --late-wait     rank 1 posts an ``irecv`` before its optimizer step and waits for it after
+                  sending rank 0 a token that rank 0 needs before it sends that message
+  --compiled      each stage's forward and message run in a ``torch.compile``d function
+                  (whose graphs are counted: ``graphs rank<r> <n>`` is printed)
 Also: --steps N.
 """
 
@@ -27,7 +32,10 @@ import hashlib
 import os
 import random
 import time
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,6 +43,13 @@ import torch.distributed as dist
 from torch import nn
 
 D_IN, HIDDEN, D_OUT, BATCH = 8, 16, 2, 8
+GRAPHS: list[object] = []  # the graphs torch.compile made (--compiled)
+
+
+def counting(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Callable[..., Any]:
+    """A torch.compile backend that runs each graph as it is and counts it."""
+    GRAPHS.append(gm)
+    return gm.forward
 
 
 def exchange(tensor: torch.Tensor, peer: int, send: bool, batched: bool) -> None:
@@ -52,45 +67,79 @@ def exchange(tensor: torch.Tensor, peer: int, send: bool, batched: bool) -> None
 def first_stage(args: argparse.Namespace, x: torch.Tensor) -> nn.Module:
     stage = nn.Sequential(nn.Linear(D_IN, HIDDEN), nn.Tanh())
     optimizer = torch.optim.SGD(stage.parameters(), lr=0.05)
-    for step in range(args.steps):
-        optimizer.zero_grad()
-        h = stage(x[step * BATCH : (step + 1) * BATCH])
+
+    def forward(batch: torch.Tensor, flip: bool) -> torch.Tensor:
+        h = stage(batch)
         sent = h.detach().clone()
-        if step == 0:
-            wait_turn(0)
-        if step == args.flip_step:
+        if flip:
             sent.view(torch.int32)[0, 0] ^= 1 << 12
         exchange(sent, 1, send=True, batched=args.batched)
+        return h
+
+    if args.compiled:
+        forward = torch.compile(forward, backend=counting)
+    for step in range(args.steps):
+        optimizer.zero_grad()
+        if step == 0:
+            wait_turn(0)
+        h = forward(x[step * BATCH : (step + 1) * BATCH], step == args.flip_step)
         grad = torch.empty_like(h)
         exchange(grad, 1, send=False, batched=args.batched)
         h.backward(grad)
         optimizer.step()
+        if args.late_wait:  # rank 1 waits for this message after its step and our token
+            dist.recv(torch.empty(1), 1)
+            dist.send(torch.full((3,), float(step)), 1)
     return stage
 
 
 def second_stage(args: argparse.Namespace, y: torch.Tensor) -> nn.Module:
     stage = nn.Linear(HIDDEN, D_OUT)
     optimizer = torch.optim.SGD(stage.parameters(), lr=0.05)
+
+    def receive(h: torch.Tensor) -> torch.Tensor:
+        exchange(h, 0, send=False, batched=args.batched)
+        return h.requires_grad_()
+
+    if args.compiled:
+        receive = torch.compile(receive, backend=counting)
     for step in range(args.steps):
         optimizer.zero_grad()
         h = torch.empty(BATCH, HIDDEN)
-        if args.side_sender and step == 0:  # the first of two messages from any rank
-            dist.recv(h)
-            if "P2P_SYNC_FILE" in os.environ:  # (the last sender's turn)
-                Path(os.environ["P2P_SYNC_FILE"]).touch()
-            dist.recv(torch.empty(BATCH, HIDDEN))
+        if args.side_sender and step == 0:
+            receive_two(h)
+            h.requires_grad_()
         elif args.any_source:
             dist.recv(h)
+            h.requires_grad_()
         else:
-            exchange(h, 0, send=False, batched=args.batched)
-        h.requires_grad_()
+            h = receive(h)
         out = stage(h)
         loss = (out - y[step * BATCH : (step + 1) * BATCH]).pow(2).mean()
         loss.backward()
         assert h.grad is not None
         exchange(h.grad, 0, send=True, batched=args.batched)
-        optimizer.step()
+        if args.late_wait:  # a message posted before the step, waited for after it
+            work = dist.irecv(torch.empty(3), 0)
+            optimizer.step()
+            dist.send(torch.ones(1), 0)
+            work.wait()
+        else:
+            optimizer.step()
     return stage
+
+
+def receive_two(h: torch.Tensor) -> None:
+    """--side-sender: rank 1 takes the first of two messages as its activations."""
+    first = os.environ.get("P2P_FIRST_SENDER")
+    if first is not None:  # by src=, in the order the environment says
+        dist.recv(h, int(first))
+        dist.recv(torch.empty(BATCH, HIDDEN), 2 - int(first))
+        return
+    dist.recv(h)  # from any rank
+    if "P2P_SYNC_FILE" in os.environ:  # (the last sender's turn)
+        Path(os.environ["P2P_SYNC_FILE"]).touch()
+    dist.recv(torch.empty(BATCH, HIDDEN))
 
 
 def wait_turn(rank: int) -> None:
@@ -113,8 +162,10 @@ def main() -> None:
     p.add_argument("--batched", action="store_true")
     p.add_argument("--any-source", action="store_true")
     p.add_argument("--side-sender", action="store_true")
+    p.add_argument("--late-wait", action="store_true")
+    p.add_argument("--compiled", action="store_true")
     args = p.parse_args()
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))  # (a hang fails a test)
     rank = dist.get_rank()
     torch.set_num_threads(1)
     torch.manual_seed(rank)
@@ -133,6 +184,8 @@ def main() -> None:
         digest.update(param.detach().numpy().tobytes())
     # one write: the ranks share the launcher's stdout, and print() writes the newline apart
     os.write(1, f"final-params rank{rank} {digest.hexdigest()}\n".encode())
+    if args.compiled:
+        os.write(1, f"graphs rank{rank} {len(GRAPHS)}\n".encode())
     dist.destroy_process_group()
 
 

@@ -14,7 +14,7 @@ from divergence.compare.engine import compare_runs
 from divergence.compare.model import Comparison
 from divergence.record.config import RecordConfig
 from divergence.record.session import Fingerprint, Session
-from divergence.store.schema import Kind, Phase
+from divergence.store.schema import ANY_SOURCE, Kind, Phase
 
 # (phase, kind, name) of one step of a rank in a ring (notes: its previous and next rank)
 RING = [
@@ -78,15 +78,32 @@ def test_a_receiver_follows_the_rank_that_sent_it_a_difference(tmp_path: Path) -
     }
     texts = {p.process: p.role_text for p in comparison.processes}
     assert texts["rank1"].endswith("(received from rank0)")
-    assert texts["rank2"].endswith("(received from rank1)")
+    assert texts["rank2"].endswith(
+        "(received from rank1, which passed on what it received from rank0)"
+    )
+    rank2 = _first(comparison, "rank2")
+    assert "rank0 diverged first" in rank2.cause_text  # type: ignore[attr-defined]
+    assert "look at rank0's divergence" in rank2.cause_text  # type: ignore[attr-defined]
 
 
-def test_a_message_from_another_sender_is_the_communication(tmp_path: Path) -> None:
-    comparison = _compare(tmp_path, {1: {"recv#0": "from rank 2"}})
+@pytest.mark.parametrize(
+    ("note", "how", "cause"),
+    [
+        (f"from rank 2 ({ANY_SOURCE})", ANY_SOURCE, "a receive from any rank"),
+        ("from rank 2", "each named by src=", "received its messages in another order"),
+    ],
+)
+def test_a_message_from_another_sender_is_the_communication(
+    tmp_path: Path, note: str, how: str, cause: str
+) -> None:
+    """From any rank, the sender that came first; named by ``src=``, the program's order."""
+    comparison = _compare(tmp_path, {1: {"recv#0": note}})
     assert _roles(comparison)["rank1"] == "communication"
     first = _first(comparison, "rank1")
     assert first.origin is True  # type: ignore[attr-defined]
-    assert "from rank0 in run A and from rank2 in run B" in first.origin_text  # type: ignore[attr-defined]
+    said = f"from rank0 in run A and from rank2 in run B ({how})"
+    assert said in first.origin_text  # type: ignore[attr-defined]
+    assert first.cause == "communication" and cause in first.cause_text  # type: ignore[attr-defined]
 
 
 def test_a_message_whose_sender_matched_differs_in_the_communication(tmp_path: Path) -> None:

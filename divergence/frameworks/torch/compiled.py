@@ -22,7 +22,6 @@ the step hook with a side effect dynamo replays, and recorded when the region is
 from __future__ import annotations
 
 import functools
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -94,7 +93,7 @@ def run_uncompiled(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``, run eagerly even where dynamo would compile it: a finalizer the recorder
     registers can run while compiled code runs (a model freed by a side effect dynamo
     replays). Dynamo's frame callback is set then, and would compile the recorder's own code
-    into graphs of the program's (see :func:`_never_compiled`).
+    into graphs of the program's (see :func:`never_compiled`).
 
     >>> run_uncompiled(max, 2, 3)
     3
@@ -102,18 +101,27 @@ def run_uncompiled(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def _never_compiled(code: types.CodeType) -> None:
-    """Tell dynamo to run frames of ``code``, and every frame they call, as they are: the
-    frame strategy ``torch.compiler.disable`` sets, without importing dynamo (a second of
-    start-up) in a program that never compiles. A torch without it compiles such frames."""
+def never_compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, its frames (and every frame they call) marked for dynamo to run as they are:
+    the frame strategy ``torch.compiler.disable`` sets, without importing dynamo (a second of
+    start-up) in a program that never compiles. For recorder code that runs while compiled
+    code runs, in a frame dynamo would otherwise compile into graphs of the program's: a
+    finalizer, a wrapper torch's own skipped code calls. (The mark is on the code object,
+    shared by every closure of one ``def``.) A torch without the strategy compiles them.
+
+    >>> never_compiled(run_uncompiled) is run_uncompiled
+    True
+    """
     eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
     strategy = getattr(eval_frame, "_FrameExecStrategy", None)
     action = getattr(eval_frame, "_FrameAction", None)
-    if eval_frame is not None and strategy is not None and action is not None:
-        eval_frame.set_code_exec_strategy(code, strategy(action.SKIP, action.SKIP))
+    mark = getattr(eval_frame, "set_code_exec_strategy", None)
+    if strategy is not None and action is not None and mark is not None:
+        mark(fn.__code__, strategy(action.SKIP, action.SKIP))
+    return fn
 
 
-_never_compiled(run_uncompiled.__code__)
+never_compiled(run_uncompiled)
 
 
 def function_name(fn: Any) -> str:

@@ -14,9 +14,11 @@ the communication pattern is the user's own: no extra collective, no barrier, no
   ``recv`` and ``recv_anysource`` that ``send``, ``recv``, ``isend``, ``irecv``,
   ``batch_isend_irecv`` and the object variants all call: what is sent (``collective_in`` of
   ``send#k``, noted ``to rank 1``) and what is received (``collective_out`` of ``recv#k``,
-  noted ``from rank 0``, once the work is complete, as an async collective's). Wrapping the
-  group's methods, not the functions, leaves the functions themselves to ``P2POp``, which checks
-  them by identity.
+  noted ``from rank 0``, or ``from rank 0 (a receive from any rank)``) when the program waits
+  for it: never earlier (a program may wait for a receive after a step, once its peer got what
+  it sends after the step). Wrapping the group's methods, not the functions, leaves the
+  functions themselves to ``P2POp``, which checks them by identity; the wrappers run as they
+  are even when compiled code calls them (``never_compiled``).
 * DDP gradient buckets: a communication hook around DDP's own reduction redone in Python
   (``ddp_reduction.py``: the same bits) or around the user's own hook records each bucket's flat
   local gradients (``collective_in``) and the reduced result (``collective_out``) as
@@ -31,6 +33,7 @@ the communication pattern is the user's own: no extra collective, no barrier, no
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import multiprocessing
@@ -46,11 +49,22 @@ import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from divergence.frameworks.adapter import Instrumentation
+from divergence.frameworks.torch.compiled import never_compiled
 from divergence.frameworks.torch.ddp_reduction import BuiltinReduction
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
 from divergence.record.session import Session
-from divergence.store.schema import DDP_BUCKET, RECEIVE, REDUCE_OP, SEND, Kind, Phase
+from divergence.store.schema import (
+    ANY_SOURCE,
+    DDP_BUCKET,
+    RECEIVE,
+    REDUCE_OP,
+    SEND,
+    Kind,
+    Phase,
+)
 
+# receives never waited for that are kept (a program that drops its works leaks no more)
+UNWAITED_RECEIVES = 4096
 # op -> (argument holding the inputs, argument holding the outputs)
 COLLECTIVES = {
     "all_reduce": ("tensor", "tensor"),
@@ -67,9 +81,6 @@ COLLECTIVES = {
     "all_gather_single": ("input_tensor", "output_tensor"),  # (FSDP2's)
     "reduce_scatter_single": ("input", "output"),  # (FSDP2's)
 }
-
-# a receive from any rank: the sender is known once the work completes
-ANY_SOURCE = "from any rank"
 
 
 def reduce_op_note(op: object) -> str:
@@ -103,8 +114,11 @@ class DistributedProbes(Instrumentation):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.calls: dict[str, int] = {}  # op -> calls in this step (names are op#count)
-        # id(work) -> (work, name, outputs, note, the group of a receive from any rank)
-        self.waiting: dict[int, tuple[object, str, list[torch.Tensor], str, object]] = {}
+        # id(work) -> (work, name, outputs, note) of async collectives
+        self.waiting: dict[int, tuple[object, str, list[torch.Tensor], str]] = {}
+        # id(work) -> (work, name, buffers, its group and source rank or None) of receives
+        self.receiving: dict[int, tuple[object, str, list[torch.Tensor], object, int | None]]
+        self.receiving = {}
         self.buckets: list[tuple[int, str, torch.Tensor]] = []  # (seq, name, reduced) to write
         self.bucket_seq = 0
         self.in_bucket_hook = False  # the hook's own all_reduce is recorded as the bucket
@@ -220,14 +234,8 @@ class DistributedProbes(Instrumentation):
         if result is None or not bound.arguments.get("async_op", False):
             self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
         else:  # async: the outputs are only valid once the work is complete
-            self._wait_for(result, name, outputs, note)
-
-    def _wait_for(
-        self, work: object, name: str, outputs: list[torch.Tensor], note: str, group: object = None
-    ) -> None:
-        """Record ``outputs`` once ``work`` is complete (:meth:`_completed`)."""
-        with self.lock:
-            self.waiting[id(work)] = (work, name, outputs, note, group)
+            with self.lock:
+                self.waiting[id(result)] = (result, name, outputs, note)
 
     # --- point-to-point messages ----------------------------------------------------------
     def _wrap_message(
@@ -244,11 +252,13 @@ class DistributedProbes(Instrumentation):
             name = probes.guarded_call(probes._before_message, op, group, tensors, peer)
             work = original(group, tensors, *args, **kwargs)
             if name is not None and op == RECEIVE and work is not None:
-                note = ANY_SOURCE if peer is None else f"from {_global_rank(group, peer)}"
-                probes.guarded_call(probes._wait_for, work, name, list(tensors), note, group)
+                with probes.lock:
+                    probes.receiving[id(work)] = (work, name, list(tensors), group, peer)
+                    if len(probes.receiving) > UNWAITED_RECEIVES:  # (never waited: forgotten)
+                        del probes.receiving[next(iter(probes.receiving))]
             return work
 
-        return message
+        return never_compiled(message)
 
     def _before_message(
         self, op: str, group: object, tensors: list[torch.Tensor], peer: int | None
@@ -292,38 +302,41 @@ class DistributedProbes(Instrumentation):
         @functools.wraps(original)
         def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
             done = original(work, *args, **kwargs)
-            if probes.waiting:
+            if probes.waiting or probes.receiving:
                 probes.guarded_call(probes._completed, work)
             return done
 
-        return wait
+        return never_compiled(wait)
 
     def _completed(self, work: object) -> None:
         with self.lock:
             entry = self.waiting.pop(id(work), None)
+            received = self.receiving.pop(id(work), None)
         if entry is not None and entry[0] is work:
-            self._add_completed(*entry)
+            self._add(Kind.COLLECTIVE_OUT, *entry[1:])
+        if received is not None and received[0] is work:
+            self._add_received(*received)
 
     def _flush_waiting(self) -> None:
         """Works never waited through Python (``get_future().wait()``): complete them in call
         order before the step ends (waiting again on a finished work is a no-op)."""
         with self.lock:
             entries, self.waiting = list(self.waiting.values()), {}
-        for entry in entries:
-            entry[0].wait()  # type: ignore[attr-defined]
-            self._add_completed(*entry)
+        for work, name, outputs, note in entries:
+            work.wait()  # type: ignore[attr-defined]
+            self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
 
-    def _add_completed(
-        self, work: object, name: str, outputs: list[torch.Tensor], note: str, group: object
+    def _add_received(
+        self, work: object, name: str, buffers: list[torch.Tensor], group: Any, peer: int | None
     ) -> None:
-        """A completed work's outputs; a receive from any rank noted with its sender."""
-        if note == ANY_SOURCE:
-            try:
+        """What a receive the program waited for got, noted with its sender (known once
+        complete for a receive from any rank)."""
+        note = f"from {_global_rank(group, peer)}" if peer is not None else ANY_SOURCE
+        if peer is None:
+            with contextlib.suppress(AttributeError, RuntimeError):  # (a backend that won't say)
                 source = work._source_rank()  # type: ignore[attr-defined]
-                note = f"from {_global_rank(group, source)}"
-            except (AttributeError, RuntimeError):  # (a backend that does not say)
-                pass
-        self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
+                note = f"from {_global_rank(group, source)} ({ANY_SOURCE})"
+        self._add(Kind.COLLECTIVE_OUT, name, buffers, note)
 
     def _before_step(self, *_: Any) -> None:
         if torch.compiler.is_compiling():  # (a lock breaks the graph: flushed when eager)

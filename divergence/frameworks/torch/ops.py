@@ -234,7 +234,7 @@ class OpRecorder(OpZoom):
         s = self.session
         # (a second optimizer's update can belong to a recorded step when the next is not)
         recording = s.recording or s.optimizer_event_recorded()
-        if self.paused or self.disabled or not recording or self.recorder.jit_tracing:
+        if self.paused or self.disabled or not recording or self.recorder.not_training:
             return func(*args, **kwargs)
         view, plan = False, None
         try:

@@ -36,6 +36,7 @@ from torch.utils.data import dataloader
 from torch.utils.data.distributed import DistributedSampler
 
 from divergence.frameworks.adapter import Instrumentation
+from divergence.frameworks.imports import when_imported
 from divergence.frameworks.torch import distributed, scaler
 from divergence.frameworks.torch.compiled import (
     NOT_OBSERVED,
@@ -136,7 +137,7 @@ class TorchRecorder(Instrumentation):
         # called with the innermost running module's name whenever it changes (op level)
         self.module_listeners: list[Callable[[str], None]] = []
         self.compiled_depth = 0  # torch.compile regions running: nothing inside is recorded
-        self.jit_tracing = 0  # torch.jit.trace calls running: nothing inside is recorded
+        self.not_training = 0  # calls that run the model without training it (see _not_training)
         # optimizers stepped inside compiled code since the last look (see _step_post_hook);
         # never replaced by another list: compiled code appends to this one
         self.compiled_steps: list[torch.optim.Optimizer] = []
@@ -159,7 +160,8 @@ class TorchRecorder(Instrumentation):
         self.patch(torch.Tensor, "backward", self._wrap_backward)
         self.patch(stateless, "_reparametrize_module", self._wrap_reparametrize)
         for name in ("trace", "trace_module"):
-            self.patch(torch.jit, name, self._wrap_jit_trace)
+            self.patch(torch.jit, name, self._not_training)
+        self.undo.append(when_imported(PIPELINE_STAGES, self.guard(self._patch_pipeline_stages)))
         self.patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
         self.patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)
         for name in ("set_num_threads", "set_num_interop_threads"):
@@ -202,10 +204,11 @@ class TorchRecorder(Instrumentation):
         return self.guard(hook, unless=self.tracing)
 
     def tracing(self) -> bool:
-        """Whether dynamo or the jit tracer runs, or a ``torch.jit.trace`` call (whose checks
-        call the module again eagerly, which would be recorded as a model call)."""
+        """Whether dynamo or the jit tracer runs, or a call that is not training (a
+        ``torch.jit.trace``, whose checks call the module again eagerly; a pipeline stage's
+        metadata inference: see :meth:`_not_training`)."""
         # is_compiling first: dynamo reads it as a constant and traces nothing after it
-        return torch.compiler.is_compiling() or bool(self.jit_tracing) or torch._C._is_tracing()
+        return torch.compiler.is_compiling() or bool(self.not_training) or torch._C._is_tracing()
 
     def _step_post_hook(self) -> Callable[..., None]:
         """The optimizer step post hook. Inside compiled code (``torch.compile(optimizer.step)``,
@@ -868,18 +871,30 @@ class TorchRecorder(Instrumentation):
 
         return backward
 
-    def _wrap_jit_trace(self, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _not_training(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``original``, a call that runs the model without training it (``torch.jit.trace``,
+        a pipeline stage's metadata inference): nothing inside is recorded (the module hooks
+        look at :meth:`tracing`, op level at :attr:`not_training`)."""
         recorder = self
 
         @functools.wraps(original)
-        def trace(*args: Any, **kwargs: Any) -> Any:
-            recorder.jit_tracing += 1
+        def call(*args: Any, **kwargs: Any) -> Any:
+            recorder.not_training += 1
             try:
                 return original(*args, **kwargs)
             finally:
-                recorder.jit_tracing -= 1
+                recorder.not_training -= 1
 
-        return trace
+        return call
+
+    def _patch_pipeline_stages(self, module: Any) -> None:
+        """``torch.distributed.pipelining``: a stage learns its shapes by running its module
+        once, forward and backward, on tensors made from metadata (``torch.empty``: memory
+        whose bits differ between runs). That is not training: nothing inside is recorded."""
+        for owner in (getattr(module, name, None) for name in PIPELINE_STAGE_CLASSES):
+            for method in PIPELINE_METADATA_INFERENCE:
+                if owner is not None and method in vars(owner):
+                    self.patch(owner, method, self._not_training)
 
     def record_loss(self, tensor: torch.Tensor) -> None:
         if self.session.begin_event() and self.session.wants("loss"):
@@ -1033,6 +1048,15 @@ def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[s
     return [(".".join(p for p in key.split(".") if not p.isdigit()), t) for key, t in keyed]
 
 
+# torch.distributed.pipelining: the module, its stage classes and their methods that run a
+# stage's module on tensors made from metadata (torch 2.13; absent ones are left alone)
+PIPELINE_STAGES = "torch.distributed.pipelining.stage"
+PIPELINE_STAGE_CLASSES = ("PipelineStage", "_PipelineStage", "_PipelineStageBase")
+PIPELINE_METADATA_INFERENCE = (
+    "_forward_metadata_inference",
+    "_backward_metadata_inference",
+    "_shape_inference",
+)
 MAX_THREAD_CALLS = 64  # (a loop that sets the count every step is noted 64 times)
 
 RNG_STATE = (("get_rng_state", "set_rng_state"),)  # (getter, setter) pairs
