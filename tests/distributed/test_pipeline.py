@@ -44,6 +44,7 @@ RUNS: dict[str, tuple[list[str], dict[str, str]]] = {  # name -> (command, envir
     "late_plain": ([*TWO, "--late-wait"], {}),
     # the messages sent and received inside torch.compile'd functions
     "compiled": ([*TWO, "--compiled"], {}),
+    "compiled_b": ([*TWO, "--compiled"], {}),
     "compiled_plain": ([*TWO, "--compiled"], {}),
     "gpipe_a": (SCHEDULE, {}),
     "gpipe_b": (SCHEDULE, {}),
@@ -77,8 +78,13 @@ def _printed(runs: dict[str, Path], name: str, what: str = "final-params") -> li
     return sorted(line for line in text.splitlines() if line.startswith(what))
 
 
-def _place(first: dict[str, Any]) -> tuple[object, ...]:
-    return (first["rank"], first["step"], first["kind"], first["location"])
+def _diverged(a: Path, b: Path, place: tuple[object, ...]) -> dict[str, Any]:
+    """The JSON report of two runs that diverge first at ``place`` (rank, step, kind, name)."""
+    code, report = compare_json(a, b)
+    first = report["first_divergence"]
+    assert code == 1
+    assert (first["rank"], first["step"], first["kind"], first["location"]) == place
+    return report
 
 
 def _files(run: Path) -> list[RunFile]:
@@ -127,9 +133,18 @@ def test_messages_sent_from_compiled_code_compile_nothing_of_the_recorder(
     runs: dict[str, Path],
 ) -> None:
     """The recorder's wrappers run under dynamo's frame callback there: unmarked, dynamo
-    compiled them into graphs of the program's, and recompiled them every step."""
+    compiled them into graphs of the program's, and recompiled them every step. The region's
+    input, a buffer of zeros, is fingerprinted before the message fills it without a version
+    bump: the region's output (the same tensor) is the message's value, not the zeros."""
     assert _printed(runs, "compiled", "graphs") == _printed(runs, "compiled_plain", "graphs")
     assert len(_printed(runs, "compiled", "graphs")) == 2
+    code, report = compare_json(runs["compiled"], runs["compiled_b"])
+    assert code == 0, report["first_divergence"]
+    file = RunFile.open(runs["compiled"] / "rank1.h5")
+    step0 = file.records[file.records["step"] == 0]
+    printed = {(Kind(r["kind"]).label, file.strings[r["name"]]): int(r["fp"]) for r in step0}
+    region = "<compiled second_stage.<locals>.receive>"
+    assert printed[("output", region)] == printed[("collective_out", "recv#0")]
 
 
 def test_a_pipeline_schedule_compares_identical(runs: dict[str, Path]) -> None:
@@ -156,10 +171,8 @@ def test_a_difference_sent_is_placed_on_the_sender_and_followed_by_the_receiver(
 ) -> None:
     """Before 0.19.0 the receiving rank's first difference was its stage's input, which read
     as a rank that diverged first on its own."""
-    code, report = compare_json(runs["a"], runs["flip"])
-    assert code == 1
+    report = _diverged(runs["a"], runs["flip"], ("rank0", 2, "collective_in", "send#0"))
     first = report["first_divergence"]
-    assert _place(first) == ("rank0", 2, "collective_in", "send#0")
     assert first["origin"] is True
     assert "the tensor it sent through `send#0` differs" in first["origin_text"]
     roles = {p["process"]: (p["role"], p["role_text"]) for p in report["processes"]}
@@ -176,10 +189,8 @@ def test_a_receive_from_any_rank_that_took_another_message_is_named(
     """Rank 1 took rank 0's message first in run A and rank 2's in run B: no rank computed
     anything else, the receive got another sender's message. Rank 0 then received other
     gradients from rank 1: it followed rank 1."""
-    code, report = compare_json(runs["side_a"], runs["side_b"])
-    assert code == 1
+    report = _diverged(runs["side_a"], runs["side_b"], ("rank1", 0, "collective_out", "recv#0"))
     first = report["first_divergence"]
-    assert _place(first) == ("rank1", 0, "collective_out", "recv#0")
     assert first["origin"] is True
     assert "the message came from rank0 in run A and from rank2 in run B" in first["origin_text"]
     assert first["cause"] == "communication"
@@ -192,9 +203,8 @@ def test_a_receive_from_any_rank_that_took_another_message_is_named(
 def test_receives_by_src_in_another_order_are_named(runs: dict[str, Path]) -> None:
     """Rank 1 names each sender (``src=``), in an order decided by an unrecorded variable:
     not a receive from any rank; the program received in another order."""
-    code, report = compare_json(runs["order_a"], runs["order_b"])
+    report = _diverged(runs["order_a"], runs["order_b"], ("rank1", 0, "collective_out", "recv#0"))
     first = report["first_divergence"]
-    assert code == 1 and _place(first) == ("rank1", 0, "collective_out", "recv#0")
     assert "(each named by src=)" in first["origin_text"]
     assert first["cause"] == "communication"
     assert "received its messages in another order" in first["cause_text"]

@@ -105,7 +105,7 @@ def second_stage(args: argparse.Namespace, y: torch.Tensor) -> nn.Module:
         receive = torch.compile(receive, backend=counting)
     for step in range(args.steps):
         optimizer.zero_grad()
-        h = torch.empty(BATCH, HIDDEN)
+        h = torch.zeros(BATCH, HIDDEN)  # (zeros: --compiled records it as the region's input)
         if args.side_sender and step == 0:
             receive_two(h)
             h.requires_grad_()

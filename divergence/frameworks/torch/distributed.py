@@ -63,6 +63,8 @@ from divergence.store.schema import (
     Phase,
 )
 
+# a receive posted: (its work, its name, its buffers, its group, its source rank or None)
+Received = tuple[object, str, list[torch.Tensor], object, "int | None"]
 # receives never waited for that are kept (a program that drops its works leaks no more)
 UNWAITED_RECEIVES = 4096
 # op -> (argument holding the inputs, argument holding the outputs)
@@ -111,14 +113,20 @@ def _tensors(value: object) -> list[torch.Tensor]:
 class DistributedProbes(Instrumentation):
     """Owns the torch.distributed patches of one session; :meth:`remove` undoes them."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(
+        self, session: Session, written: Callable[[torch.Tensor], None] = lambda t: None
+    ) -> None:
         super().__init__(session)
+        # (a received tensor is written without a version bump: the recorder's cache forgets)
+        self.written = written
         self.calls: dict[str, int] = {}  # op -> calls in this step (names are op#count)
         # id(work) -> (work, name, outputs, note) of async collectives
         self.waiting: dict[int, tuple[object, str, list[torch.Tensor], str]] = {}
         # id(work) -> (work, name, buffers, its group and source rank or None) of receives
-        self.receiving: dict[int, tuple[object, str, list[torch.Tensor], object, int | None]]
-        self.receiving = {}
+        self.receiving: dict[int, Received] = {}
+        # id(work) -> the receives a coalesced batch posted (NCCL's batch_isend_irecv returns
+        # the batch's works, not theirs): the first of its works waited for records them
+        self.batches: dict[int, tuple[object, list[Received]]] = {}
         self.buckets: list[tuple[int, str, torch.Tensor]] = []  # (seq, name, reduced) to write
         self.bucket_seq = 0
         self.in_bucket_hook = False  # the hook's own all_reduce is recorded as the bucket
@@ -154,6 +162,9 @@ class DistributedProbes(Instrumentation):
         self.patch(group, "send", lambda original: self._wrap_message(SEND, original, "dstRank"))
         self.patch(group, "recv", lambda original: self._wrap_message(RECEIVE, original, "srcRank"))
         self.patch(group, "recv_anysource", lambda original: self._wrap_message(RECEIVE, original))
+        batch = self._wrap_batch(c10d.batch_isend_irecv)
+        for owner in (dist, c10d):
+            self.patch(owner, "batch_isend_irecv", _constant(batch))
         self.patch(torch._C.Future, "then", self._wrap_then)
         self.patch(torch._C.Future, "add_done_callback", self._wrap_then)
         self.patch(torch.autograd, "backward", self._wrap_backward)
@@ -232,7 +243,7 @@ class DistributedProbes(Instrumentation):
             outputs = []  # (what a reduce leaves on the other ranks is not its result)
         note = reduce_op_note(bound.arguments.get("op"))
         if result is None or not bound.arguments.get("async_op", False):
-            self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
+            self._add_output(name, outputs, note)
         else:  # async: the outputs are only valid once the work is complete
             with self.lock:
                 self.waiting[id(result)] = (result, name, outputs, note)
@@ -259,6 +270,43 @@ class DistributedProbes(Instrumentation):
             return work
 
         return never_compiled(message)
+
+    def _wrap_batch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probes = self
+
+        @functools.wraps(original)
+        def batch_isend_irecv(p2p_op_list: Any) -> Any:
+            with probes.lock:
+                before = set(probes.receiving)
+            works = original(p2p_op_list)
+            probes.guarded_call(probes._coalesced, before, works)
+            return works
+
+        return never_compiled(batch_isend_irecv)
+
+    def _coalesced(self, before: set[int], works: list[object] | None) -> None:
+        """The receives a batch posted whose own works it did not return (a coalesced batch:
+        NCCL's) complete with the works it returned: the first of those the program waits
+        for records them. Else they would never be recorded, and kept.
+
+        >>> probes = DistributedProbes.__new__(DistributedProbes)
+        >>> probes.lock, probes.batches = threading.Lock(), {}
+        >>> posted, batch = object(), object()
+        >>> probes.receiving = {id(posted): (posted, "recv#0", [], None, 0)}
+        >>> probes._coalesced(set(), [batch])
+        >>> probes.receiving, [entry[1] for entry in probes.batches[id(batch)][1]]
+        ({}, ['recv#0'])
+        """
+        returned = {id(work) for work in works or []}
+        with self.lock:
+            posted = [key for key in self.receiving if key not in before | returned]
+            if not posted or not works:
+                return
+            entries = [self.receiving.pop(key) for key in posted]
+            for work in works:
+                self.batches[id(work)] = (work, entries)
+            while len(self.batches) > UNWAITED_RECEIVES:  # (never waited: forgotten)
+                del self.batches[next(iter(self.batches))]
 
     def _before_message(
         self, op: str, group: object, tensors: list[torch.Tensor], peer: int | None
@@ -302,7 +350,7 @@ class DistributedProbes(Instrumentation):
         @functools.wraps(original)
         def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
             done = original(work, *args, **kwargs)
-            if probes.waiting or probes.receiving:
+            if probes.waiting or probes.receiving or probes.batches:
                 probes.guarded_call(probes._completed, work)
             return done
 
@@ -312,10 +360,15 @@ class DistributedProbes(Instrumentation):
         with self.lock:
             entry = self.waiting.pop(id(work), None)
             received = self.receiving.pop(id(work), None)
+            held, batch = self.batches.pop(id(work), (None, []))
+            batched = list(batch) if held is work else []
+            batch[:] = [] if held is work else batch  # (its other works find it recorded)
         if entry is not None and entry[0] is work:
-            self._add(Kind.COLLECTIVE_OUT, *entry[1:])
+            self._add_output(*entry[1:])
         if received is not None and received[0] is work:
             self._add_received(*received)
+        for posted in batched:
+            self._add_received(*posted)
 
     def _flush_waiting(self) -> None:
         """Works never waited through Python (``get_future().wait()``): complete them in call
@@ -324,7 +377,16 @@ class DistributedProbes(Instrumentation):
             entries, self.waiting = list(self.waiting.values()), {}
         for work, name, outputs, note in entries:
             work.wait()  # type: ignore[attr-defined]
-            self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
+            self._add_output(name, outputs, note)
+
+    def _add_output(self, name: str, outputs: list[torch.Tensor], note: str) -> None:
+        """What a collective or a message wrote, once complete. gloo and NCCL write it without
+        a version bump (an in-place ``all_reduce`` leaves ``_version`` as it was), so the
+        recorder's cache forgets those tensors: a module reading one later in the step would
+        be given the fingerprint of its value before."""
+        for t in outputs:
+            self.written(t)
+        self._add(Kind.COLLECTIVE_OUT, name, outputs, note)
 
     def _add_received(
         self, work: object, name: str, buffers: list[torch.Tensor], group: Any, peer: int | None
@@ -336,7 +398,7 @@ class DistributedProbes(Instrumentation):
             with contextlib.suppress(AttributeError, RuntimeError):  # (a backend that won't say)
                 source = work._source_rank()  # type: ignore[attr-defined]
                 note = f"from {_global_rank(group, source)} ({ANY_SOURCE})"
-        self._add(Kind.COLLECTIVE_OUT, name, buffers, note)
+        self._add_output(name, buffers, note)
 
     def _before_step(self, *_: Any) -> None:
         if torch.compiler.is_compiling():  # (a lock breaks the graph: flushed when eager)
@@ -592,8 +654,11 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.lstrip("-").isdigit() else None
 
 
-def install(session: Session) -> Callable[[], None]:
-    """Probe torch.distributed for ``session`` (a no-op where torch lacks distributed)."""
+def install(
+    session: Session, written: Callable[[torch.Tensor], None] = lambda t: None
+) -> Callable[[], None]:
+    """Probe torch.distributed for ``session`` (a no-op where torch lacks distributed);
+    ``written(t)`` hears of each tensor a message wrote into."""
     if not dist.is_available():
         return lambda: None
-    return DistributedProbes(session).install()
+    return DistributedProbes(session, written).install()

@@ -170,6 +170,19 @@ class FingerprintCache:
     def clear(self) -> None:
         self._entries.clear()
 
+    def forget(self, t: torch.Tensor) -> None:
+        """Drop what is known of ``t``: it was written without a version bump (a collective
+        or a message wrote into it, as gloo and NCCL do). Views of it made before keep their
+        entries (a lookup by memory would cost every cached fingerprint a storage read).
+
+        >>> cache, buffer = FingerprintCache(), torch.zeros(4)
+        >>> _ = cache.get(buffer)
+        >>> cache.forget(buffer)
+        >>> cache.peek(buffer) is None
+        True
+        """
+        self._entries.pop(id(t), None)
+
 
 def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprint:
     """xxh3 over the tensor's memory, read in place through its data pointer."""

@@ -185,7 +185,8 @@ class TorchRecorder(Instrumentation):
         # must not be taken for the first one stepping again)
         s.on_step_open.append(self.stepped_this_step.clear)
         self.undo.append(lambda: s.on_step_open.remove(self.stepped_this_step.clear))
-        self.undo.append(distributed.install(s))  # collectives, DDP buckets, rank metadata
+        # collectives, messages, DDP buckets, rank metadata
+        self.undo.append(distributed.install(s, self.cache.forget))
         scaler.install(self)  # GradScaler's state, and the steps it skips
         self.listen(s.on_finish, self.settle_compiled_steps)
         self.listen(s.on_finish, self.add_written_at_exit)  # (after settle: its steps first)
