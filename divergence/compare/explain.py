@@ -1094,7 +1094,7 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
 
 def _senders(d: Divergence) -> str:
     """Where a received message came from in the two runs (the receive's notes)."""
-    a, b = (probe.note or "from a sender not noted" if probe else "" for probe in (d.a, d.b))
+    a, b = ((probe.note or "from a sender not noted") if probe else "" for probe in (d.a, d.b))
     return f"{a} in both runs" if a == b else f"{a} in run A, {b} in run B"
 
 
