@@ -408,6 +408,9 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
             what = f"the tensor it sent through {name} differs"
         divergence.origin_text = f"on this rank before communication: {what}"
         return
+    if direction == RECEIVE:  # (a receive has no input on this rank)
+        _explain_message(divergence)
+        return
     records = run.records
     row = divergence.a.row if divergence.a is not None else 0
     same = (records["step"][:row] == divergence.step) & (
@@ -422,9 +425,6 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
     divergence.origin_text = (
         f"in the communication of {name}: this rank's inputs matched, the result did not"
     )
-    if direction == RECEIVE:
-        _explain_message(divergence)
-        return
     ops = [
         _reduce_op(probe.note) if probe is not None else ""
         for probe in (divergence.a, divergence.b)
@@ -548,7 +548,8 @@ def _message_role(
     """The role of a rank whose first difference is a point-to-point message it received
     (None for any other, and where the sender is not known: as any collective's output).
 
-    * The message came from another rank in run B (a receive from any rank): communication.
+    * The message came from another rank in run B (a receive from any rank, or receives in
+      another order): communication.
     * Its sender diverged earlier, or in the same step and phase: followed, from the sender.
       Two ranks whose first differences are messages from each other in one step and phase
       are not ordered: the origin is left open on both.
@@ -561,9 +562,9 @@ def _message_role(
     if d.facts.get("collective") in ("any_source", "other_sender"):
         return COMMUNICATION, where  # (from another sender: see _explain_message)
     sender = _sender(d)
-    first = firsts.get(sender or "")
     if sender is None or sender not in firsts:
         return None  # (a rank of another group, or not compared)
+    first = firsts[sender]
     if first is not None and (first.unreadable or first.reason == "length"):
         return None  # (what it sent is not known, or its file ended)
     message = f"in the communication of `{d.location}`"
@@ -680,11 +681,8 @@ def _role(
 def _result(d: Divergence) -> str:
     """What a collective made: a reduced result, or the tensor a receive got (every rank's
     records matched before it, what was sent included)."""
-    return (
-        "the tensor received"
-        if message_direction(d.location) == RECEIVE
-        else ("the reduced result")
-    )
+    received = message_direction(d.location) == RECEIVE
+    return "the tensor received" if received else "the reduced result"
 
 
 def _ended(p: ProcessComparison) -> str:

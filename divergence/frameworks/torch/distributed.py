@@ -117,7 +117,7 @@ class DistributedProbes(Instrumentation):
         self, session: Session, written: Callable[[torch.Tensor], None] = lambda t: None
     ) -> None:
         super().__init__(session)
-        # (a received tensor is written without a version bump: the recorder's cache forgets)
+        # (what a collective or a message wrote, without a version bump: the cache forgets it)
         self.written = written
         self.calls: dict[str, int] = {}  # op -> calls in this step (names are op#count)
         # id(work) -> (work, name, outputs, note) of async collectives
@@ -219,11 +219,16 @@ class DistributedProbes(Instrumentation):
 
         return collective
 
+    def _probing(self) -> bool:
+        """Whether a call made now is recorded: not the bucket hook's own all-reduce, not a
+        ``Future`` callback's, and inside a recorded event."""
+        in_callback = getattr(self.in_callback, "depth", 0)
+        return not (self.in_bucket_hook or in_callback) and self.session.begin_event()
+
     def _before_collective(
         self, op: str, signature: inspect.Signature, args: Any, kwargs: Any, source: str
     ) -> tuple[str, inspect.BoundArguments] | None:
-        in_callback = getattr(self.in_callback, "depth", 0)
-        if self.in_bucket_hook or in_callback or not self.session.begin_event():
+        if not self._probing():
             return None
         bound = signature.bind(*args, **kwargs)
         name = self._next_name(op)
@@ -313,8 +318,7 @@ class DistributedProbes(Instrumentation):
     ) -> str | None:
         """The message's name (``send#0``), and a send's tensors recorded; None when not
         recorded."""
-        in_callback = getattr(self.in_callback, "depth", 0)
-        if self.in_bucket_hook or in_callback or not self.session.begin_event():
+        if not self._probing():
             return None
         name = self._next_name(op)
         if op == SEND:
@@ -361,8 +365,9 @@ class DistributedProbes(Instrumentation):
             entry = self.waiting.pop(id(work), None)
             received = self.receiving.pop(id(work), None)
             held, batch = self.batches.pop(id(work), (None, []))
-            batched = list(batch) if held is work else []
-            batch[:] = [] if held is work else batch  # (its other works find it recorded)
+            batched: list[Received] = []
+            if held is work:  # (the batch's other works then find it recorded)
+                batched, batch[:] = list(batch), []
         if entry is not None and entry[0] is work:
             self._add_output(*entry[1:])
         if received is not None and received[0] is work:
@@ -658,7 +663,7 @@ def install(
     session: Session, written: Callable[[torch.Tensor], None] = lambda t: None
 ) -> Callable[[], None]:
     """Probe torch.distributed for ``session`` (a no-op where torch lacks distributed);
-    ``written(t)`` hears of each tensor a message wrote into."""
+    ``written(t)`` hears of each tensor a collective or a message wrote into."""
     if not dist.is_available():
         return lambda: None
     return DistributedProbes(session, written).install()
