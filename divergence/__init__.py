@@ -15,7 +15,7 @@ Importing this package never imports torch or tensorflow.
 
 from __future__ import annotations
 
-__version__ = "0.19.0"
+__version__ = "0.19.1"
 
 from divergence.api import Recorder, probe, step
 

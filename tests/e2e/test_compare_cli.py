@@ -666,6 +666,21 @@ def test_a_layer_built_with_other_arguments_is_named_with_both_values(
     assert first["cause"] == "configuration" and "built with other arguments" in first["cause_text"]
 
 
+def test_a_subclass_of_a_layer_is_named_as_the_layer_with_its_declared_settings(
+    record: Recorder,
+) -> None:
+    """A program's own subclass of a torch layer (timm's ``StdConv2d(nn.Conv2d)``) is that
+    layer to compare (so a Conv2d subclass on CUDA names cuDNN), with the settings the layer
+    declares; the subclass's own attributes (a build time here) are not settings."""
+    sub = {"LAYER_SUBCLASS": "1"}
+    a, same = record("layer_settings.py", env=sub, tag="a"), record("layer_settings.py", env=sub)
+    assert compare_json(a, same)[0] == 0
+    first = first_difference(a, record("layer_settings.py", env={**sub, "LAYER_MOMENTUM": "0.01"}))
+    assert place(first)[1:] == ("init", "hyperparam", "1")
+    assert first["a"]["note"].startswith("class='BatchNorm1d'; ")
+    assert "momentum 0.1 in run A, 0.01 in run B" in first["origin_text"]
+
+
 RESUMED = (
     "import os, torch\n"
     "torch.manual_seed(0)\n"

@@ -3,9 +3,11 @@
 layer built with another argument is then named as such, not as an operation whose inputs
 matched.
 
-Only ``torch.nn`` classes, and only their public attributes holding plain values (numbers,
+Only ``torch.nn`` layers, and only their public attributes holding plain values (numbers,
 strings, None, tuples of them): a user's module may keep values that differ in every run (a
-path, a time) in attributes of the same kinds.
+path, a time) in attributes of the same kinds. A user's subclass of a layer (timm's
+``StdConv2d(nn.Conv2d)``) is that layer, with only the settings the layer declares
+(``__constants__``); a parametrized layer (``ParametrizedConv2d``) is the layer it wraps.
 
 >>> settings = module_settings(torch.nn.BatchNorm1d(4, momentum=0.01))
 >>> settings["momentum"], settings["eps"], "training" in settings
@@ -14,6 +16,12 @@ path, a time) in attributes of the same kinds.
 0.1
 >>> module_settings(torch.nn.Sequential()) is None
 True
+>>> class StdConv2d(torch.nn.Conv2d):
+...     def __init__(self) -> None:
+...         super().__init__(3, 8, 3)
+...         self.log_path = "/tmp/run-17"  # (a user's attribute: not a setting)
+>>> layer_class(StdConv2d()), sorted(module_settings(StdConv2d()))[:3]
+('Conv2d', ['dilation', 'groups', 'in_channels'])
 """
 
 from __future__ import annotations
@@ -24,15 +32,53 @@ PLAIN = (bool, int, float, str, type(None))
 
 
 def module_settings(module: torch.nn.Module) -> dict[str, object] | None:
-    """The settings of a ``torch.nn`` module, or None (another module, or one without)."""
-    if not type(module).__module__.startswith("torch.nn."):
+    """The settings of a ``torch.nn`` layer (or of a subclass of one), or None (another
+    module, or one without)."""
+    layer = _torch_layer(type(module))
+    if layer is None:
         return None
-    settings = {
-        key: value
-        for key, value in vars(module).items()
-        if not key.startswith("_") and key != "training" and _plain(value)
-    }
+    if _derived_by_user(type(module), layer):
+        found = vars(module)
+        keys = [key for key in getattr(layer, "__constants__", ()) if key in found]
+    else:
+        keys = [key for key in vars(module) if not key.startswith("_") and key != "training"]
+    settings = {key: value for key in keys if _plain(value := vars(module)[key])}
     return settings or None
+
+
+def layer_class(module: torch.nn.Module) -> str:
+    """The name of the ``torch.nn`` class ``module`` is or derives from (``Conv2d``), as the
+    settings record notes it; the module's own class name when it is none of them.
+
+    >>> layer_class(torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(2, 2, 1)))
+    'Conv1d'
+    """
+    layer = _torch_layer(type(module))
+    return (layer or type(module)).__name__
+
+
+def _torch_layer(cls: type) -> type | None:
+    """The first class of ``cls``'s bases (itself included) that ``torch.nn`` defines, short
+    of ``Module`` itself; ``torch.nn.utils.parametrize``'s classes are passed over."""
+    for base in cls.__mro__:
+        if base is torch.nn.Module:
+            return None
+        if _torch_own(base):
+            return base
+    return None
+
+
+def _derived_by_user(cls: type, layer: type) -> bool:
+    """Whether a class other than torch's lies between ``cls`` and its ``layer``."""
+    return any(not _parametrized(base) for base in cls.__mro__[: cls.__mro__.index(layer)])
+
+
+def _torch_own(cls: type) -> bool:
+    return cls.__module__.startswith("torch.nn.") and not _parametrized(cls)
+
+
+def _parametrized(cls: type) -> bool:
+    return cls.__module__ == "torch.nn.utils.parametrize"
 
 
 def loader_settings(iterator: object) -> dict[str, object]:

@@ -54,7 +54,11 @@ from divergence.frameworks.torch.fingerprint import (
 )
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
-from divergence.frameworks.torch.module_settings import loader_settings, module_settings
+from divergence.frameworks.torch.module_settings import (
+    layer_class,
+    loader_settings,
+    module_settings,
+)
 from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
 from divergence.record.hyperparameters import SEPARATOR, GroupSettings
@@ -302,7 +306,7 @@ class TorchRecorder(Instrumentation):
                 fingerprint, text = self.group_settings(settings)
                 # The class leads the note, unhashed: compare names a layer's kernels by it
                 # (a Conv2d's on CUDA are cuDNN's), and runs written before it hash alike.
-                note = f"class={type(module).__name__!r}{SEPARATOR}{text}"
+                note = f"class={layer_class(module)!r}{SEPARATOR}{text}"
                 s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=note)
 
     def _absorb_roots_inside(self, root: torch.nn.Module) -> int | None:
