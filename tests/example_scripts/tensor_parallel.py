@@ -38,27 +38,32 @@ class RowParallelBlock(nn.Module):
         return self.head(self.norm(partial))
 
 
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-share = FEATURES // world
-torch.manual_seed(0)
-model = RowParallelBlock(share)  # norm and head alike on every rank
-with torch.no_grad():
-    model.row.weight.normal_(generator=torch.Generator().manual_seed(10 + rank))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-batch = torch.zeros(16, FEATURES)  # filled by the broadcast every step
-draws = torch.Generator().manual_seed(1)
-for _ in range(STEPS):
-    if rank == 0:
-        batch.copy_(torch.randn(16, FEATURES, generator=draws))
-    dist.broadcast(batch, src=0)
-    loss = model(batch[:, rank * share : (rank + 1) * share]).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-digest = hashlib.sha256()
-for param in model.parameters():
-    digest.update(param.detach().numpy().tobytes())
-# one write: the ranks share the launcher's stdout, and print() writes the newline apart
-os.write(1, f"final-params rank{rank} {digest.hexdigest()}\n".encode())
-dist.destroy_process_group()
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    share = FEATURES // world
+    torch.manual_seed(0)
+    model = RowParallelBlock(share)  # norm and head alike on every rank
+    with torch.no_grad():
+        model.row.weight.normal_(generator=torch.Generator().manual_seed(10 + rank))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = torch.zeros(16, FEATURES)  # filled by the broadcast every step
+    draws = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        if rank == 0:
+            batch.copy_(torch.randn(16, FEATURES, generator=draws))
+        dist.broadcast(batch, src=0)
+        loss = model(batch[:, rank * share : (rank + 1) * share]).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    digest = hashlib.sha256()
+    for param in model.parameters():
+        digest.update(param.detach().numpy().tobytes())
+    # one write: the ranks share the launcher's stdout, and print() writes the newline apart
+    os.write(1, f"final-params rank{rank} {digest.hexdigest()}\n".encode())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -13,19 +13,25 @@ import argparse
 import torch
 from torch import nn
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=2)
-parser.add_argument("--threads", type=int, default=None)
-args = parser.parse_args()
-if args.threads is not None:
-    torch.set_num_threads(args.threads)
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(64, 1024), nn.Tanh(), nn.Linear(1024, 1024))
-criterion = nn.MSELoss()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-inputs, targets = torch.randn(64, 64), torch.randn(64, 1024)
-for _ in range(args.steps):
-    loss = criterion(model(inputs), targets)
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 1024), nn.Tanh(), nn.Linear(1024, 1024))
+    criterion = nn.MSELoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    inputs, targets = torch.randn(64, 64), torch.randn(64, 1024)
+    for _ in range(args.steps):
+        loss = criterion(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
