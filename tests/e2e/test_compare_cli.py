@@ -353,11 +353,11 @@ def test_a_loader_generator_in_one_run_only_is_named_so(record: Recorder) -> Non
 
 
 def test_thread_count_divergence_names_the_environment(record: Recorder) -> None:
-    """A loss averaging 65,536 elements at 1 and 2 threads: torch's own reduction splits it
-    between the threads on every CPU. Whether a GEMM or a convolution splits its sums too
-    depends on the CPU and its BLAS (the sample CNN's Linear forward on an Intel Xeon, a conv's
-    weight gradient on one AMD EPYC, nothing in 10 steps on another), so a kernel of those
-    may differ first: the place is not pinned."""
+    """A loss summing 32 means of 64,000 elements (see wide_loss.py) at 1 and 2 threads:
+    torch's own reduction splits them between the threads on every CPU. Whether a GEMM or a
+    convolution splits its sums too depends on the CPU and its BLAS (the sample CNN's Linear
+    forward on an Intel Xeon, a conv's weight gradient on one AMD EPYC, nothing in 10 steps
+    on another), so a kernel of those may differ first: the place is not pinned."""
     a = record("wide_loss.py", "--threads", "1")
     b = record("wide_loss.py", "--threads", "2")
     code, report = compare_json(a, b)

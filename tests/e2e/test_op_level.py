@@ -37,8 +37,8 @@ def test_op_level_recording_does_not_change_the_bits(record: Recorder, tmp_path:
 
 
 def test_thread_count_divergence_is_found_at_an_op(record: Recorder) -> None:
-    """1 vs 2 threads, a loss averaging 65,536 elements (see wide_loss.py): one aten op gives
-    other bits from matching inputs; the loss's on every CPU, or a GEMM's first where the
+    """1 vs 2 threads, a loss of 32 means of 64,000 elements (see wide_loss.py): one aten op
+    gives other bits from matching inputs; a loss's on every CPU, or a GEMM's first where the
     CPU's BLAS splits it too, so the op is not pinned."""
     options = (*OP, "--steps", "0:1")
     a = record("wide_loss.py", "--steps", "1", "--threads", "1", options=options)

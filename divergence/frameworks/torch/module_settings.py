@@ -6,8 +6,8 @@ matched.
 Only ``torch.nn`` layers, and only their public attributes holding plain values (numbers,
 strings, None, tuples of them): a user's module may keep values that differ in every run (a
 path, a time) in attributes of the same kinds. A user's subclass of a layer (timm's
-``StdConv2d(nn.Conv2d)``) is that layer, with only the settings the layer declares
-(``__constants__``); a parametrized layer (``ParametrizedConv2d``) is the layer it wraps.
+``StdConv2d(nn.Conv2d)``) is that layer, with only the attributes torch's constructors of the
+layer set; a parametrized layer (``ParametrizedConv2d``) is the layer it wraps.
 
 >>> settings = module_settings(torch.nn.BatchNorm1d(4, momentum=0.01))
 >>> settings["momentum"], settings["eps"], "training" in settings
@@ -20,8 +20,11 @@ True
 ...     def __init__(self) -> None:
 ...         super().__init__(3, 8, 3)
 ...         self.log_path = "/tmp/run-17"  # (a user's attribute: not a setting)
->>> layer_class(StdConv2d()), sorted(module_settings(StdConv2d()))[:3]
-('Conv2d', ['dilation', 'groups', 'in_channels'])
+>>> plain = module_settings(torch.nn.Conv2d(3, 8, 3))
+>>> layer_class(StdConv2d()), module_settings(StdConv2d()) == plain
+('Conv2d', True)
+>>> list(module_settings(StdConv2d())) == list(plain)  # (in the same order)
+True
 """
 
 from __future__ import annotations
@@ -33,16 +36,18 @@ PLAIN = (bool, int, float, str, type(None))
 
 def module_settings(module: torch.nn.Module) -> dict[str, object] | None:
     """The settings of a ``torch.nn`` layer (or of a subclass of one), or None (another
-    module, or one without)."""
+    module, or one without). A subclass keeps the attributes torch's constructors of its layer
+    set, in the same order, so a subclass that adds nothing records what the layer does."""
     layer = _torch_layer(type(module))
     if layer is None:
         return None
+    found = vars(module)
+    keys = [key for key in found if not key.startswith("_") and key != "training"]
     if _derived_by_user(type(module), layer):
-        found = vars(module)
-        keys = [key for key in getattr(layer, "__constants__", ()) if key in found]
-    else:
-        keys = [key for key in vars(module) if not key.startswith("_") and key != "training"]
-    settings = {key: value for key in keys if _plain(value := vars(module)[key])}
+        torch_set = _set_by_torch(layer)
+        own_name = type(module).__name__  # (an Upsample names itself after its class)
+        keys = [k for k in keys if k in torch_set and not (k == "name" and found[k] == own_name)]
+    settings = {key: value for key in keys if _plain(value := found[key])}
     return settings or None
 
 
@@ -58,12 +63,19 @@ def layer_class(module: torch.nn.Module) -> str:
 
 
 def _torch_layer(cls: type) -> type | None:
-    """The first class of ``cls``'s bases (itself included) that ``torch.nn`` defines, short
-    of ``Module`` itself; ``torch.nn.utils.parametrize``'s classes are passed over."""
+    """The first public module class of ``cls``'s bases (itself included) that ``torch.nn``
+    defines, short of ``Module`` itself: not a mixin (``LazyModuleMixin``), nor a private base
+    (``_ConvNd``), nor the class ``torch.nn.utils.parametrize`` makes for a parametrized
+    layer."""
     for base in cls.__mro__:
         if base is torch.nn.Module:
             return None
-        if _torch_own(base):
+        if (
+            issubclass(base, torch.nn.Module)
+            and base.__module__.startswith("torch.nn.")
+            and not base.__name__.startswith("_")
+            and not _parametrized(base)
+        ):
             return base
     return None
 
@@ -73,12 +85,29 @@ def _derived_by_user(cls: type, layer: type) -> bool:
     return any(not _parametrized(base) for base in cls.__mro__[: cls.__mro__.index(layer)])
 
 
-def _torch_own(cls: type) -> bool:
-    return cls.__module__.startswith("torch.nn.") and not _parametrized(cls)
-
-
 def _parametrized(cls: type) -> bool:
-    return cls.__module__ == "torch.nn.utils.parametrize"
+    """The class ``register_parametrization`` makes: ``ParametrizedConv2d`` over ``Conv2d``."""
+    bases = cls.__bases__
+    return (
+        cls.__module__ == "torch.nn.utils.parametrize"
+        and len(bases) == 1
+        and cls.__name__ == f"Parametrized{bases[0].__name__}"
+    )
+
+
+def _set_by_torch(layer: type) -> set[str]:
+    """The attribute names the constructors of ``layer`` and of its torch bases name (a
+    superset of those they set), and those it declares constant.
+
+    >>> {"embed_dim", "num_heads", "dropout"} <= _set_by_torch(torch.nn.MultiheadAttention)
+    True
+    """
+    names = set(getattr(layer, "__constants__", ()))
+    for base in layer.__mro__:
+        code = getattr(vars(base).get("__init__"), "__code__", None)
+        if base.__module__.startswith("torch.nn.") and code is not None:
+            names.update(code.co_names)
+    return names
 
 
 def loader_settings(iterator: object) -> dict[str, object]:
