@@ -21,6 +21,15 @@ from torch import nn
 CHANNELS = 64
 
 
+class StemConv(nn.Conv2d):
+    """With ``STEM_SUBCLASS=1`` the stem is this program's own subclass of ``Conv2d`` (as timm's
+    ``StdConv2d`` is), keeping an attribute of its own: compare names it as the Conv2d it is."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, padding: int) -> None:
+        super().__init__(cin, cout, kernel, padding=padding)
+        self.role = "stem"
+
+
 class GlobalMean(nn.Module):
     """The mean over every position: its backward spreads evenly, no atomics (unlike
     ``AdaptiveAvgPool2d``'s on CUDA)."""
@@ -38,8 +47,9 @@ def main() -> None:
         torch.backends.cudnn.deterministic = True
         torch.use_deterministic_algorithms(True)
     torch.manual_seed(0)
+    stem = StemConv if os.environ.get("STEM_SUBCLASS") == "1" else nn.Conv2d
     model = nn.Sequential(
-        nn.Conv2d(3, CHANNELS, 3, padding=1),
+        stem(3, CHANNELS, 3, padding=1),
         nn.ReLU(),
         nn.Conv2d(CHANNELS, CHANNELS, 3, padding=1),
         nn.ReLU(),

@@ -43,8 +43,12 @@ def test_op_level_names_the_convolution_backward(tmp_path: Path) -> None:
     assert "a cuDNN convolution" in words and "cudnn.deterministic = True" in words
 
 
-def test_module_level_names_the_convolution_by_its_class(tmp_path: Path) -> None:
-    a, b = record_pair(tmp_path)
+@pytest.mark.parametrize("env", [{}, {"STEM_SUBCLASS": "1"}])
+def test_module_level_names_the_convolution_by_its_class(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Also where the convolution is the program's own subclass of Conv2d."""
+    a, b = record_pair(tmp_path, env=env)
     code, report = compare_json(a, b)
     first = report["first_divergence"]
     text = run_cli("compare", str(a), str(b)).stdout
