@@ -73,6 +73,11 @@ COMPUTE_KINDS = (
     "collective_in",
     "collective_out",
 )
+# what a kernel makes: not the inputs it read, nor what a collective moved
+MADE_KINDS = tuple(
+    k for k in COMPUTE_KINDS if k not in ("input", "op_input") and "collective" not in k
+)
+ALIASES = {"@compute": COMPUTE_KINDS, "@made": MADE_KINDS}
 
 
 @dataclass(frozen=True)
@@ -203,8 +208,8 @@ def _cause(entry: dict[str, object]) -> Cause:
     for key in LIST_FIELDS:
         if key in fields:
             values = [str(v) for v in fields[key]]  # type: ignore[attr-defined]
-            if "@compute" in values:
-                values = [v for v in values if v != "@compute"] + list(COMPUTE_KINDS)
+            for alias in set(values) & ALIASES.keys():
+                values = [v for v in values if v != alias] + list(ALIASES[alias])
             fields[key] = tuple(values)
     return Cause(**fields)  # type: ignore[arg-type]
 

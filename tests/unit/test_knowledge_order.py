@@ -226,3 +226,34 @@ def test_a_loss_that_differs_under_random_str_hashes_gets_the_hash_seed_hint() -
 def test_a_thread_count_set_during_training_names_the_thread_cause() -> None:
     found = match_cause("value", "output", "fc", ["thread_calls"], "forward", facts=TORCH)
     assert found is not None and found.summary.startswith("the thread count differs")
+
+
+GPU = {"framework": "torch", "device": "cuda", "layout": "same", "generators": "differed"}
+
+
+def test_a_kernel_that_draws_no_random_number_comes_before_a_generator_that_differed() -> None:
+    """Seen on an H200 with a timm ResNetV2: python's generator, unseeded and drawn by a library,
+    differed from the start; the origin was the gradient a StdConv2d (a Conv2d) computed into
+    its input. A convolution draws no random number: its kernel is the cause, at module level
+    and at op level. A layer or op that draws one (dropout) still names the generators."""
+    env = ["rng.python.random"]
+    layer = {**GPU, "layer": "Conv2d"}
+    for kind in ("grad_output", "param_grad", "output"):
+        found = match_cause("value", kind, "stages.3.conv2", env, "backward", facts=layer)
+        assert found is not None and "a cuDNN convolution" in found.summary, kind
+    op = {**GPU, "op": "aten.convolution_backward.default"}
+    found = match_cause("value", "op_output", "c/aten.convolution_backward", env, "backward", op)
+    assert found is not None and "a cuDNN convolution" in found.summary
+    dropout = {**GPU, "op": "aten.native_dropout.default"}
+    found = match_cause("value", "op_output", "drop/aten.native_dropout", env, "forward", dropout)
+    assert found is not None and found.cause == "rng"
+
+
+def test_an_input_no_op_made_is_not_blamed_on_the_kernel_that_read_it() -> None:
+    op = {**GPU, "generators": "matched", "op": "aten.index_add.default", "input": "unmade"}
+    found = match_cause("value", "op_input", "emb/aten.index_add", [], "forward", facts=op)
+    assert found is not None and found.cause == "configuration"
+    found = match_cause(
+        "value", "op_input", "emb/aten.index_add", ["rng.numpy.random"], "forward", op
+    )
+    assert found is not None and found.cause == "rng"
