@@ -1046,7 +1046,13 @@ def _evidence(d: Divergence, environment: list[EnvDifference], cause: Cause | No
     """Facts a reader can check, in the words of each cause class."""
     lines: list[str] = []
     where = f"step {d.step} ({d.phase})"
-    if d.rng_evidence:
+    if d.rng_evidence and cause is not None and (cause.ops or cause.layers):
+        kernel = f"`{d.facts['op']}`" if cause.ops else f"a {d.facts.get('layer', 'layer')}"
+        lines.append(
+            f"generator state differs ({', '.join(d.rng_evidence)}), but {kernel} draws no "
+            "random number"
+        )
+    elif d.rng_evidence:
         lines.append(
             f"generator state differs ({', '.join(d.rng_evidence)}) while every tensor "
             f"recorded before {where} matched"

@@ -27,9 +27,10 @@ Row = tuple[Phase, Kind, str, int]  # phase, kind, name, fingerprint value (run 
 
 def _first(tmp_path: Path, rows: list[Row], changed: str, meta: dict[str, object] = CUDA,
            settings: dict[str, str] | None = None, algo: Algorithm = ON_DEVICE,
-           skipped: tuple[str, ...] = ()) -> Divergence:  # fmt: skip
+           skipped: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> Divergence:  # fmt: skip
     """The first divergence of two one-step runs of ``rows``, run B's record ``changed``
-    (kind label and name, "grad_output conv") differing; ``settings``: module -> note."""
+    (kind label and name, "grad_output conv") differing, and those in ``also``; ``settings``:
+    module -> note."""
     runs = []
     for run in ("a", "b"):
         path = tmp_path / run
@@ -40,7 +41,7 @@ def _first(tmp_path: Path, rows: list[Row], changed: str, meta: dict[str, object
             fingerprint = Fingerprint(1, "settings", (1,), ON_HOST)
             session.add(Phase.INIT, Kind.HYPERPARAM, module, fingerprint, note=note)
         for phase, kind, name, value in rows:
-            bump = run == "b" and f"{kind.label} {name}" == changed
+            bump = run == "b" and f"{kind.label} {name}" in (changed, *also)
             fingerprint = Fingerprint(value + bump, "float32", (4,), algo)
             if f"{kind.label} {name}" in skipped:
                 fingerprint = Fingerprint.skip("float32", (4,), "meta tensor")
@@ -80,6 +81,19 @@ def test_a_convolution_gradient_on_cuda_names_cudnn(
     assert ("conv.weight` param grad (of a Conv2d on " + device in " ".join(first.evidence)) is (
         bool(settings)
     )
+
+
+def test_a_convolution_names_cudnn_though_a_generator_differed(tmp_path: Path) -> None:
+    """A generator whose state differed (python's, unseeded, drawn by a library) cannot have
+    made a convolution's gradient differ: cuDNN is named, and the evidence says why the
+    generator is not."""
+    rows: list[Row] = [(Phase.RNG, Kind.RNG_STATE, "python.random", 1), *GRADIENT]
+    also = ("rng_state python.random",)
+    first = _first(tmp_path, rows, "param_grad conv.weight", settings={"conv": CONV}, also=also)
+    assert first.cause == "compute" and "cuDNN convolution" in first.cause_text
+    evidence = " ".join(first.evidence)
+    assert "generator state differs (python.random" in evidence
+    assert "but a Conv2d draws no random number" in evidence
 
 
 def _read_by(*readers: str, later: str = "") -> list[Row]:
