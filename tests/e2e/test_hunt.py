@@ -47,9 +47,11 @@ def test_zoom_finds_the_op_and_keeps_every_run(tmp_path: Path) -> None:
     include = report["zoom"]["include"]
     assert report["zoom"]["steps"] == "0:1" and (not include or "1." in str(include))
     first = report["report"]["first_divergence"]
-    # Body's GEMM (MKL on an Intel CPU) or its convolution's weight gradient (an AMD EPYC)
+    # Body's GEMM (MKL on an Intel CPU), its convolution's weight gradient (one AMD EPYC) or,
+    # on every CPU, one of the wide sums in Body's own code
     assert (first["kind"], first["origin"]) == ("op_output", True)
-    assert first["location"].startswith("1.") and "/aten." in first["location"]
+    module, _, op = first["location"].partition("/")
+    assert module in ("1", "1.fc", "1.conv") and op.startswith("aten."), first["location"]
     # a GEMM's output moves by a few ULPs; a convolution's weight gradient (8192 terms a sum)
     # by up to ~120 ULPs of the tensor's largest value: within the reduction limit
     assert first["numeric"]["reading"] == "reduction-order noise"

@@ -3,11 +3,13 @@
     python tests/example_scripts/alternating_threads.py --counter PATH [--steps 2]
 
 Each run increments the integer in PATH and uses 1 thread on odd runs, 2 on even ones. The model
-has a Linear(1024, 64) with batch 32 and a 3x3 convolution over 32 channels: CPU torch sums one
-of them in another order with 1 and 2 threads (which one depends on the CPU and its BLAS: the
-Linear's GEMM with MKL on an Intel CPU, the convolution's weight gradient on an AMD EPYC), so
-runs 1 and 2 differ at step 0 and runs 3 and 4 differ again in the same place: ``diverge
-hunt``'s zoom reproduces it.
+has a Linear(1024, 64) with batch 32 and a 3x3 convolution over 32 channels, whose GEMM or weight
+gradient CPU torch may sum in another order with 1 and 2 threads (the Linear's with MKL on an
+Intel CPU, the convolution's on one AMD EPYC, neither on another), and, before the convolution,
+16 sums of 65,536 elements each, which torch's own reduction splits between its threads on
+every CPU (one such sum rounds alike at both counts about a fifth of the time). So runs 1 and 2
+differ at step 0 in ``Body`` and runs 3 and 4 differ again in the same place: ``diverge hunt``'s
+zoom reproduces it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ class Body(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(self.fc(x))  # (32, 64): 32 images of 8 x 8, tiled to 32 x 16 x 16
         image = h.view(-1, 1, 8, 8).repeat(1, 32, 2, 2)
-        return torch.tanh(self.conv(image)).mean(dim=(2, 3))
+        wide = image.repeat(1, 1, 2, 2).reshape(16, -1)  # 16 rows of 65,536
+        level = torch.stack([row.sum() for row in wide]).sum() / wide.numel()
+        return torch.tanh(self.conv(image - level)).mean(dim=(2, 3))
 
 
 def main() -> int:
