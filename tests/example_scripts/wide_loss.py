@@ -2,8 +2,9 @@
 (batch 64 x 1,000 outputs). torch splits a sum that long between its threads
 (``at::parallel_reduce``, in chunks of 32,768 at most), and that rounds otherwise than one
 thread does in about half of such sums (13 of 32 here, on an AMD EPYC), so ``--threads 1`` and
-``--threads 2`` give another loss at step 0 on every CPU: that all 32 match has a chance of
-about 2e-10. Whether a GEMM or a convolution splits its sums too depends on the CPU and its BLAS.
+``--threads 2`` give another loss at step 0 on every CPU: that all 32 match has a chance
+below 1e-7 (0.6 ** 32). Whether a GEMM or a convolution splits its sums too depends on the
+CPU and its BLAS.
 
     python tests/example_scripts/wide_loss.py [--steps 2] [--threads N]
 """
