@@ -24,15 +24,16 @@ def test_an_eager_loop_and_the_same_loop_traced_compare_identical(
 ) -> None:
     """With a Dropout layer too: its seed generator's initial state is read before its first
     call draws from it (the eager run read it after, and the runs parted at that init record).
-    On a 2-core Xeon the traced loss then takes other last bits at step 3: a real difference
-    tracing made, found where it arises (another CPU may compute both alike)."""
+    The traced loss may then take other last bits at step 3, a real difference tracing made,
+    found where it arises: on a 2-core Xeon with the Dropout, on an AMD EPYC without AVX-512
+    without it too (whether it does depends on the CPU's kernels). The records always align."""
     envs = ({"TRACED": "0", "DROPOUT": dropout}, {"TRACED": "1", "DROPOUT": dropout})
     code, report = keras_cli.compare_pair(tmp_path, LOOP, envs=envs)
     first = report["first_divergence"]
-    if dropout == "1" and code == 1:
+    if code == 1:  # never the structure, nor an init record
         assert (first["reason"], first["phase"]) == ("value", "backward"), first
-        return
-    assert code == 0, first
+    else:
+        assert code == 0, report
     eager = RunFile.open(next((tmp_path / "a").glob("*.h5")))
     batches = np.flatnonzero(eager.kinds == Kind.BATCH)
     assert [eager.strings[eager.records["name"][i]] for i in batches] == ["sequential"] * 4
