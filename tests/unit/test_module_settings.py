@@ -83,3 +83,29 @@ def test_a_parametrized_layer_is_the_layer_it_wraps() -> None:
     assert layer_class(conv) == "Conv1d"
     assert module_settings(conv) == module_settings(nn.Conv1d(2, 4, 1))
     assert layer_class(conv.parametrizations["weight"]) == "ParametrizationList"
+
+
+def test_module_init_replaced_by_torch_compile_adds_no_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once torch.compile runs, dynamo replaces ``Module.__init__`` with its own function, which
+    calls ``GenerationTracker.tag(self)``: a subclass's ``tag`` attribute is still its own."""
+    init = nn.Module.__init__
+
+    class GenerationTracker:
+        @staticmethod
+        def tag(module: nn.Module) -> None:
+            del module
+
+    def patched_init(self: nn.Module, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)
+        GenerationTracker.tag(self)
+
+    monkeypatch.setattr(nn.Module, "__init__", patched_init)
+
+    class Tagged(nn.Linear):
+        def __init__(self) -> None:
+            super().__init__(2, 3)
+            self.tag = "mine"
+
+    assert module_settings(Tagged()) == {"in_features": 2, "out_features": 3}

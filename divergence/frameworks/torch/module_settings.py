@@ -102,8 +102,11 @@ def _set_by_torch(layer: type) -> set[str]:
     >>> {"embed_dim", "num_heads", "dropout"} <= _set_by_torch(torch.nn.MultiheadAttention)
     True
     """
-    names = set(getattr(layer, "__constants__", ()))
-    for base in layer.__mro__:
+    names: set[str] = set()
+    # Not Module's: torch.compile replaces Module.__init__ with a function of dynamo's that
+    # names other things (``GenerationTracker.tag``), and Module sets no setting anyway.
+    for base in layer.__mro__[: layer.__mro__.index(torch.nn.Module)]:
+        names.update(vars(base).get("__constants__", ()))
         code = getattr(vars(base).get("__init__"), "__code__", None)
         if base.__module__.startswith("torch.nn.") and code is not None:
             names.update(code.co_names)
