@@ -11,7 +11,7 @@ TRITON_SPEC := triton==3.6.0
 STAMP := $(VENV)/.installed
 TRITON_STAMP := $(VENV)/triton/.installed
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test test-fast coverage demo bench lint clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,9 +35,28 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check divergence tests bench
 	$(VENV)/bin/mypy
 
+# Everything, two workers; recordings are shared between them (tests/harness/recordings.py).
+# The output ends with the 25 slowest tests and the total time, so that growth shows.
+WORKERS ?= 2
+PYTEST_PARALLEL := -n $(WORKERS) --dist worksteal
 test: $(STAMP) $(TRITON_STAMP)
-	$(MAKE) --no-print-directory lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint && \
+	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) --durations=25; status=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s in all (lint and tests)"; exit $$status
+
+# The edit-test loop: unit, golden and doctests, in process only (no recording, no fit).
+test-fast: $(STAMP) $(TRITON_STAMP)
+	$(VENV)/bin/pytest -q -m "not slow" --in-process-only -n $(WORKERS) --durations=10
+
+# Line coverage of divergence/, the processes the tests start included.
+coverage: $(STAMP) $(TRITON_STAMP)
+	rm -rf .cache/coverage && mkdir -p .cache/coverage
+	$(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL) || true
+	$(VENV)/bin/coverage combine -q
+	$(VENV)/bin/coverage report --format=total > .cache/coverage/total
+	$(VENV)/bin/coverage report --skip-covered --sort=cover | tail -n 25
+	@echo "line coverage of divergence/: $$(cat .cache/coverage/total)%"
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash sample_runs/demo.sh
@@ -46,4 +65,4 @@ bench: $(STAMP)
 	$(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) demo_runs bench/results
+	rm -rf $(VENV) .cache demo_runs bench/results

@@ -1,41 +1,72 @@
-"""Shared helpers: run the real CLI in subprocesses, record example scripts once per session."""
+"""Shared fixtures: the session's recordings (tests/harness/recordings.py) and the CLI as tests
+run it (tests/harness/cli.py). Tests that start a process are marked ``slow``; ``make
+test-fast`` leaves them out."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "tests" / "example_scripts"
+from tests.harness.cli import cli_in_process, cli_subprocess, compare_json, run_cli
+from tests.harness.recordings import (
+    ROOT,
+    SCRIPTS,
+    Recorded,
+    Recording,
+    Recordings,
+    recording,
+)
+
 SAMPLES = ROOT / "sample_runs"
+# folders whose every test starts a process (a recording, torchrun, a TF fit)
+SLOW_FOLDERS = ("e2e", "tensorflow", "distributed", "gpu")
+SLOW_FIXTURES = frozenset({"record", "recordings", "keras_cli"})
+
+__all__ = [
+    "ROOT",
+    "SAMPLES",
+    "SCRIPTS",
+    "Recorded",
+    "Recorder",
+    "Recording",
+    "assert_repeats_and_keeps_its_bits",
+    "cli_in_process",
+    "cli_subprocess",
+    "compare_json",
+    "recording",
+    "run_cli",
+]
 
 
-def run_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    """``diverge ARGS`` as a user runs it (``python -m divergence``), output captured."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "divergence", *args],
-        cwd=cwd or ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--in-process-only",
+        action="store_true",
+        help="fail a test that starts a process (make test-fast: such a test is marked slow)",
     )
 
 
-def compare_json(a: Path, b: Path, *options: str) -> tuple[int, dict[str, Any]]:
-    result = run_cli("compare", "--json", *options, str(a), str(b))
-    assert result.returncode in (0, 1), result.stderr
-    return result.returncode, json.loads(result.stdout)
+@pytest.fixture(autouse=True)
+def _in_process_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not request.config.getoption("--in-process-only"):
+        return
+
+    def refuse(self: subprocess.Popen[str], args: object, *rest: object, **kw: object) -> None:
+        raise AssertionError(f"this test starts a process ({args!r}): mark it slow")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = item.path.relative_to(ROOT).parts[1:2]
+        uses = set(getattr(item, "fixturenames", ()))
+        if (folder and folder[0] in SLOW_FOLDERS) or uses & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
 
 
 def assert_repeats_and_keeps_its_bits(runs: list[Path], recorded: Path, plain: Path) -> None:
@@ -48,7 +79,7 @@ def assert_repeats_and_keeps_its_bits(runs: list[Path], recorded: Path, plain: P
     ours, theirs = torch.load(recorded), torch.load(plain)
     assert ours.keys() == theirs.keys()
 
-    def bits(t: torch.Tensor) -> torch.Tensor:  # (channels-last weights are not contiguous)
+    def bits(t: torch.Tensor) -> torch.Tensor:  # channels-last weights are not contiguous
         return t.contiguous().reshape(-1).view(torch.uint8)
 
     for key in theirs:
@@ -59,35 +90,28 @@ Recorder = Callable[..., Path]
 
 
 @pytest.fixture(scope="session")
-def record(tmp_path_factory: pytest.TempPathFactory) -> Recorder:
-    """``record("mlp.py", "--flip-step", "3")`` -> the run directory (cached per arguments)."""
-    cache: dict[tuple[Any, ...], Path] = {}
-    base = tmp_path_factory.mktemp("runs")
+def recordings() -> Recordings:
+    """The session's recordings; two at a time where one worker runs the suite."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return Recordings(parallel=max(1, 2 // workers))
+
+
+@pytest.fixture(scope="session")
+def record(recordings: Recordings) -> Recorder:
+    """``record("mlp.py", "--flip-step", "3")`` -> the run directory, made once per session.
+
+    ``tag`` names an independent recording of the same command (``tag="b"`` beside the
+    untagged one: two runs that must compare identical)."""
 
     def _record(
-        script: str,
+        script: str | Path,
         *args: str,
-        env: dict[str, str] | None = None,
-        options: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
+        options: Iterable[str] = (),
         tag: str = "",
         expect: int = 0,
     ) -> Path:
-        key = (script, args, tuple(sorted((env or {}).items())), options, tag)
-        if key not in cache:
-            out = base / f"run{len(cache)}"
-            result = run_cli(
-                "record",
-                "-o",
-                str(out),
-                *options,
-                "--",
-                sys.executable,
-                str(SCRIPTS / script),
-                *args,
-                env=env,
-            )
-            assert result.returncode == expect, result.stderr
-            cache[key] = out
-        return cache[key]
+        spec = recording(script, *args, env=env, options=options, expect=expect, copy=tag)
+        return recordings.make(spec).run
 
     return _record

@@ -86,6 +86,7 @@ def test_an_include_string_is_one_glob_not_its_characters(tmp_path: Path) -> Non
     assert "loss" in names and "l" not in names
 
 
+@pytest.mark.slow  # starts a process
 def test_an_unseeded_generator_the_run_never_drew_from_is_no_cause(tmp_path: Path) -> None:
     """Python's generator in another state in each run (as unseeded in two processes) but
     never drawn from while recording: said as such, and not the cause. (In a process of its
@@ -185,6 +186,7 @@ def test_a_probe_that_records_nothing_says_so_once_per_name(
     assert names.count("scale") == 2 and not {"mask", "labels", "caption"} & set(names)
 
 
+@pytest.mark.slow  # starts a process
 def test_weights_drawn_from_numpy_before_the_recorder_keep_numpy_as_evidence(
     tmp_path: Path,
 ) -> None:

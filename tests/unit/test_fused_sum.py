@@ -37,6 +37,7 @@ for dtype in (torch.float32, torch.float16, torch.int64, torch.uint8):
 """
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.skipif(sys.platform != "linux", reason="triton publishes Linux wheels only")
 def test_the_interpreted_kernel_equals_the_numpy_reference() -> None:
     assert (TRITON / "triton").is_dir(), f"no triton in {TRITON}: `make install` puts it there"

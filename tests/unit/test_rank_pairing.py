@@ -143,6 +143,7 @@ def test_the_single_process_pairs_with_rank0_where_ranks_0_asks(tmp_path: Path) 
     assert (result.returncode, result.stderr) == (0, "")
 
 
+@pytest.mark.slow  # starts a process
 def test_info_names_a_rank_below_the_world_size_without_a_file(tmp_path: Path) -> None:
     run = tmp_path / "r11del"
     _write(run, "rank0.h5", 0, distributed={"backend": "gloo", "world_size": 2, "rank": 0})

@@ -564,6 +564,7 @@ os._exit(0)  # killed: the parent never closes its file
 """
 
 
+@pytest.mark.slow  # starts a process
 def test_a_forked_child_never_touches_its_parents_file(tmp_path: Path) -> None:
     """The child closing (or HDF5 closing at its exit) the inherited file would write the
     parent's superblock as it was at the fork: a parent killed later would leave a file that

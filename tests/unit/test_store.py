@@ -170,6 +170,7 @@ def test_records_beyond_one_chunk(tmp_path: Path) -> None:
         assert file[RECORDS].shape == (n + 1 + 3 + 1,)
 
 
+@pytest.mark.slow  # starts a process
 def test_steps_straddling_chunks_survive_a_process_that_never_closes(tmp_path: Path) -> None:
     # 7 steps of 1501 rows: blocks cross chunk boundaries and the space grows several times;
     # the child ends with os._exit, so HDF5 never closes or flushes the file after the rows.
@@ -239,6 +240,7 @@ def test_mark_exit_status_on_an_unwritable_file_is_silent(tmp_path: Path) -> Non
 # --------------------------------------------------------------------------- unclean endings
 
 
+@pytest.mark.slow  # starts a process
 def test_unclosed_file_reads_as_incomplete(tmp_path: Path) -> None:
     path = tmp_path / "pid1.h5"
     result = subprocess.run(
@@ -269,6 +271,7 @@ def test_unclosed_file_in_the_same_process(tmp_path: Path) -> None:
     assert RunFile.open(path).complete
 
 
+@pytest.mark.slow  # starts a process
 def test_sigkill_mid_run_leaves_a_readable_file(tmp_path: Path) -> None:
     rng = random.Random(1234)
     rows = 3000

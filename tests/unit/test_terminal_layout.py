@@ -78,6 +78,7 @@ def test_a_suggested_command_longer_than_the_width_continues_as_a_shell_reads_it
     ]
 
 
+@pytest.mark.slow  # starts a process
 def test_info_piped_is_100_columns_without_padding() -> None:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     result = run_cli("info", str(ROOT / "sample_runs" / "threads" / "a"), env=env)
