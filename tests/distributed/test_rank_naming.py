@@ -9,43 +9,43 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from divergence.store.reader import RunFile
-from tests.conftest import SCRIPTS, run_cli
-from tests.distributed.jobs import launch, run_all
+from tests.conftest import recording, run_cli
+from tests.distributed.specs import SPAWN
+from tests.harness.recordings import Recordings
 
-PLAIN = [sys.executable, str(SCRIPTS / "spawned_copies.py")]  # no process group
-GROUP = [sys.executable, str(SCRIPTS / "ddp_spawn.py"), "--steps", "2"]  # init_process_group
-RUNS = {  # name -> (command, RANK exported or None)
-    "plain_rank0_a": (PLAIN, "0"),
-    "plain_rank0_b": (PLAIN, "0"),
-    "plain_unset": (PLAIN, None),
-    "group_rank0": (GROUP, "0"),
-    "group_unset": (GROUP, None),
+# no process group; the environment of the recordings is this process's (which is no rank's)
+PLAIN = recording("spawned_copies.py")
+# init_process_group (test_ddp.py's spawn jobs, which export no RANK either)
+GROUP = SPAWN
+# a helper forked from rank 0 of a group of one (its own MASTER_PORT)
+FORKED = recording(
+    "forked_helper.py",
+    env={"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533"},
+)
+RUNS = {  # name -> recording
+    "plain_rank0_a": PLAIN.with_env(RANK="0"),
+    "plain_rank0_b": replace(PLAIN.with_env(RANK="0"), copy="b"),
+    "plain_unset": PLAIN,
+    "group_rank0": GROUP.with_env(RANK="0"),
+    "group_unset": GROUP,
+    "forked_helper": FORKED,
 }
 
 
-def _start(name: str, out: Path) -> subprocess.Popen[str]:
-    command, rank = RUNS[name]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
-    if rank is not None:
-        env["RANK"] = rank
-    return launch(command, out, env)
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Record every run of :data:`RUNS`."""
-    base = tmp_path_factory.mktemp("rank_naming")
-    paths = {name: base / name for name in RUNS}
-    for name, job in run_all(list(RUNS), lambda name: _start(name, paths[name])).items():
-        assert job.returncode == 0, (name, job.stderr[-3000:])
-    return paths
+def runs(recordings: Recordings) -> dict[str, Path]:
+    """Every recording of :data:`RUNS`, made once per session (cached on disk)."""
+    inherited = {"RANK", "WORLD_SIZE", "MASTER_PORT"} & os.environ.keys()
+    assert not inherited, f"the recordings would inherit {sorted(inherited)} from this process"
+    return {
+        name: made.run for name, made in zip(RUNS, recordings.make_all(RUNS.values()), strict=True)
+    }
 
 
 def _names(run: Path) -> list[str]:
@@ -84,15 +84,10 @@ def test_spawned_children_under_an_inherited_rank_pair_by_spawn_index(
     assert "pid" not in result.stdout.split("Ranks")[1]
 
 
-def test_a_helper_forked_from_a_rank_is_not_that_rank(tmp_path: Path) -> None:
+def test_a_helper_forked_from_a_rank_is_not_that_rank(runs: dict[str, Path]) -> None:
     """The fork inherits the group object (dist.is_initialized() holds) and RANK: its file
     is no rank's, and rank 0 keeps rank0.h5 (both lost their rank to a shared claim)."""
-    env = {k: v for k, v in os.environ.items() if k != "MASTER_PORT"}
-    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
-    out = tmp_path / "run"
-    script = [sys.executable, str(SCRIPTS / "forked_helper.py")]
-    result = run_cli("record", "-o", str(out), "--", *script, env=env)
-    assert result.returncode == 0, result.stderr
+    out = runs["forked_helper"]  # (recorded with exit status 0)
     names = sorted(p.name for p in out.glob("*.h5"))
     assert len(names) == 2 and names[0].startswith("rank0-pid") and names[1] == "rank0.h5"
     helper = RunFile.open(out / names[0])

@@ -12,6 +12,8 @@ and read it.
 True
 >>> spec.with_env(OMP_NUM_THREADS="1").env
 (('OMP_NUM_THREADS', '1'),)
+>>> spec.with_env(SYNC="{dir}/turn").env_for(Path("/runs/x"))
+[('SYNC', '/runs/x/turn')]
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ class Recording:
     """``diverge record [OPTIONS] -o DIR/run -- COMMAND`` with ``ENV`` added to this process's.
 
     ``python`` as the first word is this interpreter; a bare script name is one of
-    ``tests/example_scripts``; ``{dir}`` in a word is the recording's own folder (for files the
-    command writes, such as saved weights). ``copy`` tells apart independent recordings of the
-    same thing (two runs that must compare identical: ``""`` and ``"b"``). ``plain`` runs the
-    command unrecorded.
+    ``tests/example_scripts``; ``{dir}`` in a word or in a value of ``env`` is the recording's
+    own folder (for files the command writes, such as saved weights, or a file its processes
+    signal each other through). ``copy`` tells apart independent recordings of the same thing
+    (two runs that must compare identical: ``""`` and ``"b"``). ``plain`` runs the command
+    unrecorded.
     ``retry_on`` names a line of stderr after which a failed command is run once more (gloo's
     own teardown race).
     """
@@ -71,6 +74,9 @@ class Recording:
         if words and words[0] == "python":
             words[0] = sys.executable
         return words
+
+    def env_for(self, directory: Path) -> list[tuple[str, str]]:
+        return [(name, value.replace("{dir}", str(directory))) for name, value in self.env]
 
     @staticmethod
     def _word(word: str, directory: Path) -> str:
@@ -238,7 +244,7 @@ class Recordings:
         return subprocess.run(
             command,
             cwd=ROOT,
-            env=child_env(spec.env),
+            env=child_env(spec.env_for(directory)),
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
