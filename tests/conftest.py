@@ -42,6 +42,12 @@ __all__ = [
 ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if "PYTEST_XDIST_WORKER" in os.environ:  # an xdist worker starts with a terminal's 80x24
+        for name in ("COLUMNS", "LINES"):  # though its output is a pipe: reports read them
+            os.environ.pop(name, None)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--in-process-only",
