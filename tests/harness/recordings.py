@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -211,6 +212,7 @@ class Recordings:
             return done
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
+        started = time.monotonic()
         result = self._run(spec, directory)
         if spec.retry_on and result.returncode != 0 and spec.retry_on in result.stderr:
             shutil.rmtree(directory)
@@ -230,6 +232,9 @@ class Recordings:
                     "stdout": made.stdout,
                     "stderr": made.stderr,
                     "files": made.files,
+                    "command": [*spec.options, "--", *spec.command],
+                    "env": dict(spec.env),
+                    "seconds": round(time.monotonic() - started, 2),
                 }
             )
         )
