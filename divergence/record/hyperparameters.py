@@ -36,8 +36,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 
-from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
-from divergence.record.session import Fingerprint
+from divergence.fingerprint import Algorithm, Fingerprint, fingerprint_buffer, header_seed
 
 SEPARATOR = "; "
 CACHE_LIMIT = 1024  # a scheduler makes new settings every step

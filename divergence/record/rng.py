@@ -19,8 +19,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
-from divergence.record.session import Fingerprint, Session
+from divergence.fingerprint import Algorithm, Fingerprint, fingerprint_buffer, header_seed
+from divergence.record.session import Session
 
 # The names of every generator-state record (here, frameworks/torch/recorder.py and
 # frameworks/tensorflow/rng.py), for filters that must keep them (a hunt's zoom).
