@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from divergence import __version__
 from divergence.errors import DivergenceError, ExitCode
+from divergence.version import __version__
 
 SUBCOMMANDS = {
     "record": ("divergence.cli.record", "record"),

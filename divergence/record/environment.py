@@ -16,7 +16,7 @@ import socket
 import sys
 from typing import Any
 
-from divergence import __version__
+from divergence.version import __version__
 
 # Environment variables that change numerics, RNG streams, or which kernels run (KNOWLEDGE.md).
 ENV_EXACT = (
