@@ -33,6 +33,7 @@ import numpy as np
 from divergence.fingerprint import Fingerprint
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
+from divergence.record.rng import host_rng_fingerprints
 from divergence.store.schema import (
     RECORD_DTYPE,
     Kind,
@@ -436,8 +437,6 @@ class Session:
 
 def _host_generator_states() -> dict[str, str]:
     """``{"python.random": "<16 hex digits>", ...}``: the host generators' states now."""
-    from divergence.record.rng import host_rng_fingerprints  # (it imports this module)
-
     return {name: f"{fingerprint.value:016x}" for name, fingerprint in host_rng_fingerprints()}
 
 
