@@ -62,7 +62,7 @@ from divergence.frameworks.torch.module_settings import (
 )
 from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
-from divergence.record.hyperparameters import SEPARATOR, GroupSettings
+from divergence.record.hyperparameters import GroupSettings
 from divergence.record.labels import ClassLabels
 from divergence.record.rng import HostGenerators, state_after_seed, unwrapped
 from divergence.record.session import Session
@@ -77,6 +77,7 @@ from divergence.store.schema import (
     Phase,
     with_key,
 )
+from divergence.store.settings import SEPARATOR
 from divergence.wording import KERAS_ON_TORCH
 
 WRAPPERS = frozenset(
