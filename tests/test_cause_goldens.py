@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.compare.knowledge import match_cause, matching_hints
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig

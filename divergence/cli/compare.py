@@ -47,7 +47,7 @@ def compare(
     ranks: str | None,
     other_scripts: bool,
 ) -> int:
-    from divergence.compare.engine import compare_runs
+    from divergence.compare import compare_runs
 
     comparison = compare_runs(run_a, run_b, ranks=parse_ranks(ranks), other_scripts=other_scripts)
     code = ExitCode.IDENTICAL if comparison.identical else ExitCode.DIVERGED

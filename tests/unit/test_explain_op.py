@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
 from divergence.record.session import Session

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
 from divergence.record.session import Session

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.compare.model import Comparison
 from divergence.fingerprint import Fingerprint
 from divergence.record.config import RecordConfig
