@@ -30,8 +30,8 @@ from divergence.store.schema import FORMAT_MARKER
 from divergence.store.writer import mark_exit_status
 from divergence.wording import counted, describe_status
 
-BOOTSTRAP = Path(__file__).with_name("bootstrap") / "sitecustomize.py"
 PACKAGE = Path(__file__).parents[1]  # this divergence, which the child imports
+BOOTSTRAP = PACKAGE / "bootstrap" / "sitecustomize.py"
 PREFIX = "diverge: "
 
 
