@@ -1,6 +1,7 @@
-"""diverge compare RUN_A RUN_B
+"""Find the first place where two runs stop being bit-identical.
 
-Find the first step and location where two runs stop being bit-identical.
+RUN_A and RUN_B are runs that diverge record wrote: the report names the first step and
+location where they differ.
 Exit status: 0 identical, 1 diverged, 2 trouble.
 """
 

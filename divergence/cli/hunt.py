@@ -1,4 +1,4 @@
-"""diverge hunt [OPTIONS] -- COMMAND...
+"""Record a command twice and zoom in on where the runs diverge.
 
 Record COMMAND twice (hash-only), compare; if the runs diverge, re-record the diverging step
 at op level with full tensors, compare again, and print one report: step, module, op, origin,

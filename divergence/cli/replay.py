@@ -1,4 +1,4 @@
-"""diverge replay RUN --step S --op NAME [--times N]
+"""Replay one recorded op on its dumped inputs to check determinism.
 
 Call one recorded aten op again, N times, on its dumped inputs (an op-level run with dumps, as
 `diverge hunt` makes): varying outputs prove the op nondeterministic on this device; stable

@@ -1,4 +1,4 @@
-"""diverge show RUN [--against RUN_B] --step S --probe PATTERN
+"""Show the records of one step whose names match a pattern.
 
 Drill into the records of one step whose name matches PATTERN (a glob, e.g. 'block.fc*' or
 'block.fc/aten.addmm*'): fingerprints, shapes, dtypes, and the numeric difference where both
