@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 from common import QUICK, emit, median, spread
 
-from divergence.compare.engine import compare_files, compare_runs
+from divergence.compare import compare_runs
+from divergence.compare.engine import compare_files
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.schema import RECORD_DTYPE, Kind, Phase

@@ -98,7 +98,7 @@ def main() -> None:
 
 
 def compare_per_rank(run_a: Path) -> None:
-    from divergence.compare.engine import compare_runs
+    from divergence.compare import compare_runs
     from divergence.store.reader import RunFile
 
     records = sum(RunFile.open(p).records.size for p in run_a.glob("*.h5"))

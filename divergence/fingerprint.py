@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 import xxhash
@@ -42,6 +43,21 @@ class Algorithm(IntEnum):
     NONE = 0  # skipped records, markers
     XXH3_64 = 1
     SMIX64_SUM = 2
+
+
+class Fingerprint(NamedTuple):
+    """A framework's fingerprint of one tensor. ``value`` is an int, or a pending device value
+    that the framework's resolver turns into an int once per step (no host sync per probe)."""
+
+    value: object
+    dtype: str
+    shape: tuple[int, ...]
+    algo: Algorithm
+    skipped: str = ""  # non-empty: not fingerprinted, and why
+
+    @classmethod
+    def skip(cls, dtype: str, shape: tuple[int, ...], reason: str) -> Fingerprint:
+        return cls(0, dtype, shape, Algorithm.NONE, reason)
 
 
 def header_seed(

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.compare.knowledge import match_cause, matching_hints
-from divergence.fingerprint import Algorithm
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.report.terminal import render_text
 from divergence.store.schema import Kind, Phase
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.report.terminal import render_text
 
 ROOT = Path(__file__).resolve().parents[1]

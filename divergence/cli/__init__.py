@@ -12,16 +12,42 @@ from typing import Any
 
 import click
 
-from divergence import __version__
 from divergence.errors import DivergenceError, ExitCode
+from divergence.version import __version__
 
+# name -> (module, command, what it does: the first line of the command's help, listed by
+# `diverge --help` without importing the module)
 SUBCOMMANDS = {
-    "record": ("divergence.cli.record", "record"),
-    "compare": ("divergence.cli.compare", "compare"),
-    "info": ("divergence.cli.info", "info"),
-    "hunt": ("divergence.cli.hunt", "hunt"),
-    "show": ("divergence.cli.show", "show"),
-    "replay": ("divergence.cli.replay", "replay"),
+    "record": (
+        "divergence.cli.record",
+        "record",
+        "Run a command and record its training steps into a run directory.",
+    ),
+    "compare": (
+        "divergence.cli.compare",
+        "compare",
+        "Find the first place where two runs stop being bit-identical.",
+    ),
+    "info": (
+        "divergence.cli.info",
+        "info",
+        "Show a run's processes, steps, probes, completeness and metadata.",
+    ),
+    "hunt": (
+        "divergence.cli.hunt",
+        "hunt",
+        "Record a command twice and zoom in on where the runs diverge.",
+    ),
+    "show": (
+        "divergence.cli.show",
+        "show",
+        "Show the records of one step whose names match a pattern.",
+    ),
+    "replay": (
+        "divergence.cli.replay",
+        "replay",
+        "Replay one recorded op on its dumped inputs to check determinism.",
+    ),
 }
 
 
@@ -36,9 +62,15 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in SUBCOMMANDS:
             return None
-        module, attr = SUBCOMMANDS[name]
+        module, attr, _ = SUBCOMMANDS[name]
         command: click.Command = getattr(importlib.import_module(module), attr)
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from :data:`SUBCOMMANDS` (click's own imports every command to
+        read its help)."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUBCOMMANDS[name][2]) for name in self.list_commands(ctx)])
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,6 +1,7 @@
-"""diverge compare RUN_A RUN_B
+"""Find the first place where two runs stop being bit-identical.
 
-Find the first step and location where two runs stop being bit-identical.
+RUN_A and RUN_B are runs that diverge record wrote: the report names the first step and
+location where they differ.
 Exit status: 0 identical, 1 diverged, 2 trouble.
 """
 
@@ -47,7 +48,7 @@ def compare(
     ranks: str | None,
     other_scripts: bool,
 ) -> int:
-    from divergence.compare.engine import compare_runs
+    from divergence.compare import compare_runs
 
     comparison = compare_runs(run_a, run_b, ranks=parse_ranks(ranks), other_scripts=other_scripts)
     code = ExitCode.IDENTICAL if comparison.identical else ExitCode.DIVERGED

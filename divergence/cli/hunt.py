@@ -1,4 +1,4 @@
-"""diverge hunt [OPTIONS] -- COMMAND...
+"""Record a command twice and zoom in on where the runs diverge.
 
 Record COMMAND twice (hash-only), compare; if the runs diverge, re-record the diverging step
 at op level with full tensors, compare again, and print one report: step, module, op, origin,
@@ -44,7 +44,7 @@ def hunt(
     width: int | None,
     command: tuple[str, ...],
 ) -> int:
-    from divergence.record.hunt import hunt as run_hunt
+    from divergence.hunt import hunt as run_hunt
 
     minimum = 1 if against else 2
     if runs < minimum:
@@ -54,11 +54,11 @@ def hunt(
         raise UsageError(f"{directory}: already exists", hint="choose another -o or pass --force")
     result = run_hunt(list(command), directory, runs, Path(against) if against else None)
     if as_json:
-        from divergence.report.hunt import hunt_json
+        from divergence.hunt.report import hunt_json
 
         click.echo(json.dumps(hunt_json(result), indent=2))
     else:
-        from divergence.report.hunt import HuntReport
+        from divergence.hunt.report import HuntReport
         from divergence.report.terminal import print_report
 
         print_report(HuntReport(result), width)

@@ -1,7 +1,4 @@
-"""diverge info RUN
-
-What a run holds: processes, steps, probes, completeness and metadata.
-"""
+"""Show a run's processes, steps, probes, completeness and metadata."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""diverge record [OPTIONS] -- COMMAND...
+"""Run a command and record its training steps into a run directory.
 
-Run COMMAND unmodified and record fingerprints of its training steps into a run directory.
-Everything after -- belongs to the command. The exit status is the command's.
+COMMAND runs unmodified while fingerprints of its training steps are recorded, one file per
+process. Everything after -- belongs to the command. The exit status is the command's.
 """
 
 from __future__ import annotations

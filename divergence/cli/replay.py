@@ -1,4 +1,4 @@
-"""diverge replay RUN --step S --op NAME [--times N]
+"""Replay one recorded op on its dumped inputs to check determinism.
 
 Call one recorded aten op again, N times, on its dumped inputs (an op-level run with dumps, as
 `diverge hunt` makes): varying outputs prove the op nondeterministic on this device; stable
@@ -10,11 +10,10 @@ Exit status: 0 stable (or random), 1 varies, 2 trouble.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
-from divergence.errors import ExitCode, UsageError
+from divergence.errors import ExitCode
 from divergence.wording import counted
 
 MAX_THREADS = 1024  # (more than cores is fine: a recording's count; tens of thousands is a typo)
@@ -52,11 +51,10 @@ def replay(
     threads: int | None,
     as_json: bool,
 ) -> int:
-    import torch
-
+    from divergence.frameworks.torch.replay import check_device
     from divergence.frameworks.torch.replay import replay as run_replay
 
-    _check_device(torch, device)
+    check_device(device)
     result = run_replay(run, step, pattern, times, device, call, threads)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
@@ -77,20 +75,3 @@ def replay(
 
 
 SHOWN_RUNS = 10  # executions listed one per line (the verdict counts them all)
-
-
-def _check_device(torch: Any, device: str) -> None:
-    """A device this torch can put a tensor on and compute on, else a usage error naming it."""
-    if device.split(":")[0] == "meta":
-        raise UsageError(
-            f"--device {device}: meta tensors hold no values, so outputs cannot be compared",
-            hint="cpu, or a device this torch build and machine have (cuda, cuda:1, mps)",
-        )
-    try:
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as exc:  # (a CPU build asserts on "cuda")
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(
-            f"--device {device}: not usable here ({reason})",
-            hint="cpu, or a device this torch build and machine have (cuda, cuda:1, mps)",
-        ) from exc

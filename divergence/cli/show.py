@@ -1,4 +1,4 @@
-"""diverge show RUN [--against RUN_B] --step S --probe PATTERN
+"""Show the records of one step whose names match a pattern.
 
 Drill into the records of one step whose name matches PATTERN (a glob, e.g. 'block.fc*' or
 'block.fc/aten.addmm*'): fingerprints, shapes, dtypes, and the numeric difference where both
@@ -145,7 +145,7 @@ def _lines(s: object) -> list[str]:
     elif s.note:  # an op's call (JSON, for replay), or a detail of the record
         lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")
     if a is not None and s.b is not None and a.kind == "hyperparam" and s.status == "differs":
-        from divergence.record.hyperparameters import differing_settings
+        from divergence.store.settings import differing_settings
 
         differing = differing_settings(a.note, s.b.note)
         lines += [f"  {key}: A {value_a}   B {value_b}" for key, value_a, value_b in differing]

@@ -5,12 +5,11 @@ row is (step, phase, kind, name, slot); its value is (fingerprint, dtype, shape)
 whose value differs before any structural difference is a *value* divergence; the first structural
 difference is a *structure* divergence; a run that ends first is a *length* divergence.
 
->>> # compare_runs("runs/a", "runs/b").first  -> Divergence(...) or None
+>>> # compare_files("rank0", RunFile.open(a), RunFile.open(b)).first  -> Divergence or None
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from divergence.compare.explain import (
     loader_facts,
     written_when,
 )
-from divergence.compare.model import Comparison, Divergence, Probe, ProcessComparison, Propagation
+from divergence.compare.model import Divergence, Probe, ProcessComparison, Propagation
 from divergence.compare.pairing import Pairing, pair_by_identity
 from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
@@ -45,20 +44,6 @@ from divergence.store.schema import (
     parse_shape,
 )
 from divergence.wording import KERAS_ON_TORCH, WRITES_AFTER_TRAINING, describe_status
-
-
-def compare_runs(
-    path_a: str | Path,
-    path_b: str | Path,
-    *,
-    ranks: Sequence[int] | None = None,
-    other_scripts: bool = False,
-) -> Comparison:
-    """Pair the runs' processes (by rank) and compare them one pair at a time (compare.ranks);
-    ``other_scripts``: compare runs of scripts with other names too (a fixed copy)."""
-    from divergence.compare.ranks import compare_ranks
-
-    return compare_ranks(path_a, path_b, ranks, other_scripts)
 
 
 def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]:

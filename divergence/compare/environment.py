@@ -10,7 +10,7 @@ import difflib
 from typing import Any
 
 from divergence.compare.model import EnvDifference
-from divergence.record.environment import matters
+from divergence.store.environment import matters
 
 # Per-process facts that differ between any two runs and say nothing about bits. The diverge
 # version is compared: another recorder may probe other tensors or name them differently.

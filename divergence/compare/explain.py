@@ -16,7 +16,6 @@ from divergence.compare.environment import CALL_LISTS
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
 from divergence.fingerprint import Algorithm
-from divergence.record.hyperparameters import differing_settings, settings_of
 from divergence.store.reader import RunFile, step_bounds
 from divergence.store.schema import (
     BARE_TENSOR,
@@ -42,6 +41,7 @@ from divergence.store.schema import (
     message_direction,
     note_parts,
 )
+from divergence.store.settings import differing_settings, settings_of
 from divergence.wording import WRITES_AFTER_TRAINING, counted
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,8 @@ import numpy as np
 from divergence.compare.engine import probe_at, refuse_different_programs, replay_call
 from divergence.compare.model import Probe
 from divergence.errors import UsageError
-from divergence.store.reader import RunFile
-from divergence.store.run import Run
+from divergence.store.reader import RunFile, matching_rows
+from divergence.store.run import single_process
 from divergence.store.schema import Kind
 
 Key = tuple[int, str, str, str, int, int]  # step, phase, kind, name, slot, occurrence
@@ -96,8 +95,8 @@ def show_probes(
     """Records of ``step`` whose name matches ``pattern`` (a glob; a plain name matches itself
     and, for op records, ``*/<name>``): every one, so a caller can count what it leaves off,
     with numeric diffs for the first ``limit`` only."""
-    file_a = _single(run)
-    file_b = _single(against) if against is not None else None
+    file_a = single_process(run)
+    file_b = single_process(against) if against is not None else None
     if file_b is not None:  # (as compare: records of other programs do not pair)
         refuse_different_programs(file_a, file_b, other_scripts)
     rows = matching_rows(file_a, step, pattern)
@@ -155,18 +154,6 @@ def _only_in_b(file_b: RunFile, step: int, pattern: str, keys_a: set[Key]) -> li
     return [_shown(file_b, row, only_in_b=True) for row in rows]
 
 
-def matching_rows(file: RunFile, step: int, pattern: str) -> list[int]:
-    records = file.records
-    rows = np.flatnonzero((records["step"] == step) & (records["kind"] != 255))
-    names = {i: file.strings[i] for i in np.unique(records["name"][rows])}
-    wanted = {i for i, n in names.items() if _matches(n, pattern)}
-    return [int(r) for r in rows if records["name"][r] in wanted]
-
-
-def _matches(name: str, pattern: str) -> bool:
-    return fnmatchcase(name, pattern) or fnmatchcase(name, f"*/{pattern}")
-
-
 def _keys(file: RunFile, step: int) -> dict[int, Key]:
     """Row -> (step, phase, kind, name, slot, occurrence): aligns runs whose rows shifted."""
     records = file.records
@@ -192,14 +179,3 @@ def _numeric(a: RunFile, row_a: int, b: RunFile, row_b: int, dtype: str) -> Any:
     from divergence.compare.numeric import numeric_diff
 
     return numeric_diff(dumped_a[0], dumped_b[0], dtype)
-
-
-def _single(path: str | Path) -> RunFile:
-    run = Run.open(path)
-    if len(run.processes) != 1:
-        names = ", ".join(p.path.name for p in run.processes)
-        raise UsageError(
-            f"{path} holds {len(run.processes)} processes ({names})",
-            hint="pass one run file, e.g. RUN/rank0.h5",
-        )
-    return run.processes[0].load()

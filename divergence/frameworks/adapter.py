@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from divergence.record.rng import HostGenerators, RestoreLog, numpy_state, python_state
+from divergence.record.restores import RestoreLog
+from divergence.record.rng import HostGenerators, numpy_state, python_state
 from divergence.record.session import Session
 
 
@@ -57,7 +58,7 @@ class Instrumentation:
         """Wrap a generator's state getter and setter (``torch.get_rng_state`` and
         ``set_rng_state``) so that a state the program restores, a checkpoint's, is noted in
         the metadata's ``rng_restores``; ``read(state)`` fingerprints one. See
-        :class:`~divergence.record.rng.RestoreLog`."""
+        :class:`~divergence.record.restores.RestoreLog`."""
         self.patch(owner, getter, functools.partial(self.restores.remembering, read))
         self.patch(owner, setter, functools.partial(self.restores.restoring, label, read))
 

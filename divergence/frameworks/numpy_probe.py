@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from divergence.fingerprint import Algorithm, fingerprint_array
-from divergence.record.session import Fingerprint, Session
+from divergence.fingerprint import Algorithm, Fingerprint, fingerprint_array
+from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 
 

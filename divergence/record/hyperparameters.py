@@ -27,8 +27,6 @@ False
 True
 >>> settings({"weight_decay": 0})[0] == settings({"weight_decay": 0.0})[0]
 True
->>> differing_settings("lr=0.1; momentum=0.9", "lr=0.2; momentum=0.9")
-[('lr', '0.1', '0.2')]
 """
 
 from __future__ import annotations
@@ -36,10 +34,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 
-from divergence.fingerprint import Algorithm, fingerprint_buffer, header_seed
-from divergence.record.session import Fingerprint
+from divergence.fingerprint import Algorithm, Fingerprint, fingerprint_buffer, header_seed
+from divergence.store.settings import SEPARATOR
 
-SEPARATOR = "; "
 CACHE_LIMIT = 1024  # a scheduler makes new settings every step
 SEED = header_seed("settings", ())
 NOT_SETTINGS = frozenset({"params", "initial_lr"})
@@ -130,27 +127,3 @@ def _sequence(value: object, texts: list[str]) -> str:
     one = "," if isinstance(value, tuple) and len(texts) == 1 else ""
     inner = ", ".join(texts) + one
     return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
-
-
-def differing_settings(text_a: str, text_b: str) -> list[tuple[str, str, str]]:
-    """``(key, value in A, value in B)`` for each setting whose text differs (a key only one
-    run has shows ``-`` for the other; not the unhashed ``class``, which runs of torch layers
-    recorded before 0.18.0 lack).
-
-    >>> differing_settings("class='Linear'; bias=True", "bias=False")
-    [('bias', 'True', 'False')]
-    """
-    a, b = settings_of(text_a), settings_of(text_b)
-    keys = [*a, *(k for k in b if k not in a)]
-    keys = [k for k in keys if k != "class" or (k in a and k in b)]
-    return [(k, a.get(k, "-"), b.get(k, "-")) for k in keys if a.get(k) != b.get(k)]
-
-
-def settings_of(text: str) -> dict[str, str]:
-    """A settings text read back into its keys and value texts.
-
-    >>> settings_of("class='Conv2d'; in_channels=3; padding=(1, 1)")
-    {'class': "'Conv2d'", 'in_channels': '3', 'padding': '(1, 1)'}
-    """
-    pairs = (part.partition("=") for part in text.split(SEPARATOR) if part)
-    return {key: value for key, _, value in pairs}

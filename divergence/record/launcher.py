@@ -23,7 +23,6 @@ from types import FrameType
 
 import h5py
 
-import divergence
 from divergence.errors import RecordError
 from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
 from divergence.store.reader import read_meta
@@ -31,7 +30,8 @@ from divergence.store.schema import FORMAT_MARKER
 from divergence.store.writer import mark_exit_status
 from divergence.wording import counted, describe_status
 
-BOOTSTRAP = Path(__file__).with_name("bootstrap") / "sitecustomize.py"
+PACKAGE = Path(__file__).parents[1]  # this divergence, which the child imports
+BOOTSTRAP = PACKAGE / "bootstrap" / "sitecustomize.py"
 PREFIX = "diverge: "
 
 
@@ -212,7 +212,7 @@ def child_environment(config: RecordConfig, handshake: Path) -> dict[str, str]:
     boot = handshake / "boot"
     boot.mkdir()
     shutil.copy(BOOTSTRAP, boot / "sitecustomize.py")
-    (boot / "divergence").symlink_to(Path(divergence.__file__).parent)
+    (boot / "divergence").symlink_to(PACKAGE)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(boot), env.get("PYTHONPATH")) if p)
     env[ENV_CONFIG] = config.to_json()

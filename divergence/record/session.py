@@ -26,13 +26,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from divergence.fingerprint import Algorithm
+from divergence.fingerprint import Fingerprint
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
+from divergence.record.rng import host_rng_fingerprints
 from divergence.store.schema import (
     RECORD_DTYPE,
     Kind,
@@ -46,21 +47,6 @@ from divergence.store.writer import Dump, RunFileWriter
 
 AUTO_FORWARD_LIMIT = 64
 MAX_FAILURE = 300  # characters of a failure reason kept (its first line)
-
-
-class Fingerprint(NamedTuple):
-    """A framework's fingerprint of one tensor. ``value`` is an int, or a pending device value
-    that the framework's resolver turns into an int once per step (no host sync per probe)."""
-
-    value: object
-    dtype: str
-    shape: tuple[int, ...]
-    algo: Algorithm
-    skipped: str = ""  # non-empty: not fingerprinted, and why
-
-    @classmethod
-    def skip(cls, dtype: str, shape: tuple[int, ...], reason: str) -> Fingerprint:
-        return cls(0, dtype, shape, Algorithm.NONE, reason)
 
 
 # A buffered record whose ``fp`` is a pending device value: the RECORD_DTYPE fields after
@@ -451,8 +437,6 @@ class Session:
 
 def _host_generator_states() -> dict[str, str]:
     """``{"python.random": "<16 hex digits>", ...}``: the host generators' states now."""
-    from divergence.record.rng import host_rng_fingerprints  # (it imports this module)
-
     return {name: f"{fingerprint.value:016x}" for name, fingerprint in host_rng_fingerprints()}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import json
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,20 @@ def step_bounds(records: np.ndarray, row: int) -> tuple[int, int]:
     steps = records["step"]
     step = int(steps[row])
     return bisect.bisect_left(steps, step), bisect.bisect_left(steps, step + 1)
+
+
+def matching_rows(file: RunFile, step: int, pattern: str) -> list[int]:
+    """The rows of ``step`` whose name matches the glob ``pattern`` (also as the last part of an
+    op record's name, ``module/op``), step ends left out."""
+    records = file.records
+    rows = np.flatnonzero((records["step"] == step) & (records["kind"] != 255))
+    names = {i: file.strings[i] for i in np.unique(records["name"][rows])}
+    wanted = {i for i, n in names.items() if _matches(n, pattern)}
+    return [int(r) for r in rows if records["name"][r] in wanted]
+
+
+def _matches(name: str, pattern: str) -> bool:
+    return fnmatchcase(name, pattern) or fnmatchcase(name, f"*/{pattern}")
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from divergence.errors import RunNotFoundError
+from divergence.errors import RunNotFoundError, UsageError
 from divergence.store.reader import RunFile, read_meta
 
 RANK_FILE = re.compile(r"^rank(\d+)(?:-pid\d+)?\.h5$")
@@ -191,3 +191,16 @@ def _start_order(file: Path) -> tuple[list[int], float]:
             return [], file.stat().st_mtime
         except OSError:  # (a dangling link: opening it says what is wrong)
             return [], 0.0
+
+
+def single_process(path: str | Path) -> RunFile:
+    """The file of a run that holds one process (or a run file itself): what show and replay
+    read."""
+    run = Run.open(path)
+    if len(run.processes) != 1:
+        names = ", ".join(p.path.name for p in run.processes)
+        raise UsageError(
+            f"{path} holds {len(run.processes)} processes ({names})",
+            hint="pass one run file, e.g. RUN/rank0.h5",
+        )
+    return run.processes[0].load()

@@ -237,7 +237,7 @@ def test_dropout_with_another_seed_is_the_origin_at_bernoulli(tmp_path: Path, du
     import torch
 
     import divergence
-    from divergence.compare.engine import compare_runs
+    from divergence.compare import compare_runs
     from divergence.store.schema import Kind
 
     def run(seed: int, out: Path) -> None:

@@ -13,7 +13,7 @@ import torch
 
 import divergence
 from divergence import Recorder
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.errors import RecordError, UsageError
 from divergence.record.config import StepRange
 from divergence.store.run import Run

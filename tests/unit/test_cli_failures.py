@@ -75,4 +75,4 @@ def test_diverge_alone_prints_its_help_not_an_error(capsys: pytest.CaptureFixtur
     assert main([]) == 2  # (no command: a usage problem, as click and git have it)
     err = capsys.readouterr().err
     assert err.startswith("Usage: diverge [OPTIONS] COMMAND [ARGS]...") and "error" not in err
-    assert "compare  diverge compare RUN_A RUN_B" in err
+    assert "compare  Find the first place where two runs stop being bit-identical." in err

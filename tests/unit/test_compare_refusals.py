@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from divergence.cli import main
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
 from divergence.store.schema import RECORD_DTYPE, Kind, Phase

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.fingerprint import Algorithm
 from divergence.store.schema import RECORD_DTYPE, Kind, Phase
 from divergence.store.writer import RunFileWriter

@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.errors import CorruptRunError
 from divergence.report.info import run_summary
 from divergence.store.schema import RECORDS, Kind, Phase

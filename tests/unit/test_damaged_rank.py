@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.errors import CorruptRunError
 from divergence.store.schema import Kind
 from tests.conftest import run_cli

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from divergence.compare.engine import compare_runs
-from divergence.fingerprint import Algorithm
+from divergence.compare import compare_runs
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.schema import WRITTEN_BUFFER, Kind, Phase
 
 OP = "drop/aten.bernoulli_.float"

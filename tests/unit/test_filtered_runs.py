@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.compare.engine import compare_runs
-from divergence.fingerprint import Algorithm
+from divergence.compare import compare_runs
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.report.terminal import render_text
 from divergence.store.schema import Kind, Phase
 

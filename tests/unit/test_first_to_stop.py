@@ -10,9 +10,10 @@ from pathlib import Path
 import h5py
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
+from divergence.fingerprint import Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 
 LOST_PEER = "RuntimeError: [gloo] Connection reset by peer"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from divergence.compare.engine import compare_runs
-from divergence.record.session import Fingerprint
+from divergence.compare import compare_runs
+from divergence.fingerprint import Fingerprint
 from divergence.report.json_report import comparison_json
 from divergence.report.terminal import render_text
 from divergence.store.schema import Kind, Phase

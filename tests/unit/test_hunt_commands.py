@@ -10,9 +10,9 @@ import pytest
 
 from divergence.compare.model import Comparison, Divergence, ProcessComparison, Resume
 from divergence.errors import CorruptRunError
-from divergence.record.hunt import hunt
+from divergence.hunt import hunt
+from divergence.hunt.report import inspect_commands
 from divergence.report.commands import divergence_commands
-from divergence.report.hunt import inspect_commands
 
 OP = "noise/aten.uniform_.default"
 
@@ -84,7 +84,7 @@ def test_a_damaged_reference_is_refused_before_anything_is_recorded(tmp_path: Pa
 
 def test_a_setting_that_differs_is_not_zoomed() -> None:
     """A layer's or an optimizer's settings are given to the program: no op computes them."""
-    from divergence.record.hunt import _zoom_skip_reason
+    from divergence.hunt import _zoom_skip_reason
 
     setting = Divergence("value", "process0", 0, "init", "hyperparam", "dense", 0)
     assert _zoom_skip_reason(setting).startswith("a setting differs")

@@ -11,9 +11,9 @@ import pytest
 
 from divergence.compare.model import Divergence
 from divergence.compare.ranks import compare_ranks
-from divergence.fingerprint import Algorithm
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 
 CONV = "class='Conv2d'; in_channels=3; out_channels=8; kernel_size=(3, 3)"

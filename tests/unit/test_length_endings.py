@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.store.schema import Kind, Phase
 from divergence.store.writer import mark_exit_status
 from tests.unit.written_runs import fingerprint, new_session

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import divergence
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 
 
 def train(out: Path, extra_draw: bool, generator: torch.Generator | None = None) -> Path:

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.compare.model import Comparison
+from divergence.fingerprint import Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.schema import ANY_SOURCE, Kind, Phase
 
 # (phase, kind, name) of one step of a rank in a ring (notes: its previous and next rank)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.report.json_report import comparison_json
 from divergence.report.terminal import render_text
 from divergence.store.schema import Kind, Phase

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import divergence
-from divergence.record import hunt as hunt_module
+import divergence.hunt as hunt_module
 from divergence.record.config import RecordConfig
 from tests.conftest import run_cli
 

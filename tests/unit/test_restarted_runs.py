@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from divergence.fingerprint import Algorithm
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.run import Run
 from divergence.store.schema import Kind, Phase
 from tests.conftest import compare_json, run_cli

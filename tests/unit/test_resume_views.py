@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.compare.resume import aligned, find_resume
 from divergence.record.session import Session
 from divergence.store.reader import RunFile

@@ -166,7 +166,7 @@ def test_every_generator_record_of_a_torch_run_is_kept_by_a_hunts_zoom(tmp_path:
 
     import divergence
     from divergence.compare.model import Divergence
-    from divergence.record.hunt import zoom_config
+    from divergence.hunt import zoom_config
     from divergence.store.run import Run
     from divergence.store.schema import Kind
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.record.config import RecordConfig, StepRange
 from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase

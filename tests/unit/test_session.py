@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from divergence.fingerprint import Algorithm
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig, StepRange
-from divergence.record.session import AUTO_FORWARD_LIMIT, Fingerprint, Session
+from divergence.record.session import AUTO_FORWARD_LIMIT, Session
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
 
@@ -532,9 +532,9 @@ def test_forget_after_fork_drops_the_buffer(tmp_path: Path) -> None:
 
 FORK_SCRIPT = """
 import os, sys
-from divergence.fingerprint import Algorithm
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session, activate, deactivate
+from divergence.record.session import Session, activate, deactivate
 from divergence.store.schema import Kind, Phase
 
 def step(s, rows):

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.compare.ranks import compare_ranks
-from divergence.fingerprint import Algorithm
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.schema import SUBCLASS_SKIP, Kind, Phase
 
 UNSEEN = f"DTensor: {SUBCLASS_SKIP}"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from divergence.fingerprint import Algorithm
+from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 
 
 def new_session(path: Path, **meta: Any) -> Session:

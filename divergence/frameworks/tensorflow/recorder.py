@@ -36,7 +36,7 @@ from tensorflow.python.eager import backprop
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 from tensorflow.python.ops import stateful_random_ops
 
-from divergence.fingerprint import Algorithm, header_seed
+from divergence.fingerprint import Algorithm, Fingerprint, header_seed
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.imports import when_imported
 from divergence.frameworks.tensorflow import naming
@@ -71,7 +71,7 @@ from divergence.frameworks.tensorflow.values import (
 )
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.labels import ClassLabels
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.schema import (
     EDITED_AFTER_TAPE,
     EDITED_GRADIENT,

@@ -22,11 +22,11 @@ from divergence.fingerprint import (
     SMIX_C2,
     SMIX_SEED,
     Algorithm,
+    Fingerprint,
     fingerprint_buffer,
     header_seed,
     smix64_finish,
 )
-from divergence.record.session import Fingerprint
 from divergence.store.schema import SUBCLASS_SKIP
 
 if TYPE_CHECKING:

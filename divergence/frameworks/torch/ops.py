@@ -47,6 +47,7 @@ from torch.optim.optimizer import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
+from divergence.fingerprint import Fingerprint
 from divergence.frameworks.adapter import OpZoom
 from divergence.frameworks.torch.calls import encode_call
 from divergence.frameworks.torch.fingerprint import (
@@ -54,7 +55,7 @@ from divergence.frameworks.torch.fingerprint import (
     dtype_name,
     to_host,
 )
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.schema import OVERWRITTEN, WRITTEN_BUFFER, Kind, Phase
 
 OP_INPUT, OP_OUTPUT = Kind.OP_INPUT, Kind.OP_OUTPUT  # read per op: module constants

@@ -35,6 +35,7 @@ from torch.optim.optimizer import (
 from torch.utils.data import dataloader
 from torch.utils.data.distributed import DistributedSampler
 
+from divergence.fingerprint import Fingerprint
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.imports import when_imported
 from divergence.frameworks.torch import distributed, scaler
@@ -61,10 +62,10 @@ from divergence.frameworks.torch.module_settings import (
 )
 from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts
 from divergence.frameworks.torch.parameters import ParameterBook, parameter_in
-from divergence.record.hyperparameters import SEPARATOR, GroupSettings
+from divergence.record.hyperparameters import GroupSettings
 from divergence.record.labels import ClassLabels
 from divergence.record.rng import HostGenerators, state_after_seed, unwrapped
-from divergence.record.session import Fingerprint, Session
+from divergence.record.session import Session
 from divergence.store.schema import (
     BARE_TENSOR,
     BEFORE_BACKWARD_HOOKS,
@@ -76,6 +77,7 @@ from divergence.store.schema import (
     Phase,
     with_key,
 )
+from divergence.store.settings import SEPARATOR
 from divergence.wording import KERAS_ON_TORCH
 
 WRAPPERS = frozenset(

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from divergence.compare.show import _single, matching_rows
 from divergence.errors import UsageError
 from divergence.frameworks.torch.calls import decode_call
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor
-from divergence.store.reader import RunFile
+from divergence.store.reader import RunFile, matching_rows
+from divergence.store.run import single_process
 from divergence.store.schema import WRITTEN_WHOLE, Kind, Status, parse_shape
 from divergence.wording import counted
 
@@ -32,6 +32,23 @@ RANDOM_OPS = re.compile(
     r"|native_dropout|feature_dropout|alpha_dropout|exponential|geometric|cauchy|log_normal"
     r"|random|poisson|rrelu_with_noise|_standard_gamma|_sample_dirichlet|binomial)(_like)?_?(\.|$)"
 )
+
+
+def check_device(device: str) -> None:
+    """A device this torch can put a tensor on and compute on, else a usage error naming it."""
+    if device.split(":")[0] == "meta":
+        raise UsageError(
+            f"--device {device}: meta tensors hold no values, so outputs cannot be compared",
+            hint="cpu, or a device this torch build and machine have (cuda, cuda:1, mps)",
+        )
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:  # (a CPU build asserts on "cuda")
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(
+            f"--device {device}: not usable here ({reason})",
+            hint="cpu, or a device this torch build and machine have (cuda, cuda:1, mps)",
+        ) from exc
 
 
 @dataclass
@@ -128,7 +145,7 @@ def replay(
     """Run the op ``times`` times on its dumped inputs. ``threads``: torch's thread count
     for it; by default the recording's (a CPU op sums in another order with another count,
     which would read as "not equal to the recorded output")."""
-    file = _single(run)
+    file = single_process(run)
     inputs, outputs = _call_rows(file, step, pattern, call)
     threads = threads or recorded_threads(file.meta)
     before = torch.get_num_threads()

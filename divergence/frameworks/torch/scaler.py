@@ -14,17 +14,36 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import torch
 from torch.amp import grad_scaler
 
+from divergence.record.hyperparameters import GroupSettings
+from divergence.record.labels import ClassLabels
+from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 
-if TYPE_CHECKING:
-    from divergence.frameworks.torch.recorder import TorchRecorder
+
+class Host(Protocol):
+    """What the patches use of the recorder that installs them (a ``TorchRecorder``, which
+    imports this module: named by its parts, so that the import points one way)."""
+
+    session: Session
+    optimizer_labels: ClassLabels
+    optimizer_steps: int
+    compiled_steps: list[torch.optim.Optimizer]
+    stepping: list[int]
+    group_settings: GroupSettings
+
+    def patch(
+        self, owner: Any, attr: str, wrapper: Callable[[Callable[..., Any]], Any]
+    ) -> None: ...
+
+    def guarded_call(self, fn: Callable[..., Any], *args: Any) -> Any: ...
 
 
-def install(recorder: TorchRecorder) -> None:
+def install(recorder: Host) -> None:
     """Patch ``GradScaler.scale`` and ``GradScaler.step`` (undone with the recorder's
     patches)."""
     scaler_class = grad_scaler.GradScaler
@@ -32,7 +51,7 @@ def install(recorder: TorchRecorder) -> None:
     recorder.patch(scaler_class, "step", functools.partial(_wrap_step, recorder))
 
 
-def _wrap_scale(recorder: TorchRecorder, original: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap_scale(recorder: Host, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def scale(scaler: Any, outputs: Any) -> Any:
         scaled = original(scaler, outputs)
@@ -43,7 +62,7 @@ def _wrap_scale(recorder: TorchRecorder, original: Callable[..., Any]) -> Callab
     return scale
 
 
-def _wrap_step(recorder: TorchRecorder, original: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap_step(recorder: Host, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         taken = recorder.optimizer_steps
@@ -57,7 +76,7 @@ def _wrap_step(recorder: TorchRecorder, original: Callable[..., Any]) -> Callabl
     return step
 
 
-def record_state(recorder: TorchRecorder, scaler: Any) -> None:
+def record_state(recorder: Host, scaler: Any) -> None:
     """The state ``scale()`` used, as ``GradScaler`` settings (a device tensor is not read)."""
     s = recorder.session
     name = recorder.optimizer_labels.of(scaler)
@@ -74,7 +93,7 @@ def record_state(recorder: TorchRecorder, scaler: Any) -> None:
     s.add(Phase.BACKWARD, Kind.HYPERPARAM, name, fingerprint, note=text)
 
 
-def skipped(recorder: TorchRecorder) -> None:
+def skipped(recorder: Host) -> None:
     """``GradScaler.step()`` skipped ``optimizer.step()``: the training step ends here."""
     if not recorder.stepping:
         recorder.session.optimizer_stepped()

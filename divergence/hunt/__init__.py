@@ -22,7 +22,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from divergence.compare.engine import compare_runs
+from divergence.compare import compare_runs
 from divergence.compare.explain import parent_module
 from divergence.compare.model import Comparison, Divergence
 from divergence.errors import IncomparableRunsError, IncompleteRecordingError, RecordError

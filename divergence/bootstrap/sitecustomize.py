@@ -27,7 +27,7 @@ def _chain_shadowed_sitecustomize() -> None:
 
 _chain_shadowed_sitecustomize()
 try:
-    from divergence.record.child import start
+    from divergence.bootstrap.child import start
 
     start()
 except Exception as exc:  # the program must run on; the launcher notices the missing handshake

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from divergence.record.hunt import Hunt
+from divergence.hunt import Hunt
 from divergence.record.rng import RNG_STATE_GLOBS
 from divergence.report.commands import divergence_commands, quoted, short
 from divergence.report.json_report import comparison_json
