@@ -33,6 +33,7 @@ __all__ = [
     "Recorded",
     "Recorder",
     "Recording",
+    "Recordings",
     "assert_repeats_and_keeps_its_bits",
     "cli_in_process",
     "cli_subprocess",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +10,7 @@ import torch
 
 from divergence.store.run import Run
 from divergence.store.schema import Kind, Phase
-from tests.conftest import SCRIPTS, Recorder, compare_json
+from tests.conftest import Recorder, Recordings, compare_json, recording
 
 OP = ("--granularity", "op")
 REGION = {"module": "Net", "method": "Net", "fn": "<compiled main.<locals>.loss_of>"}
@@ -22,14 +20,10 @@ def final_parameters(path: Path) -> dict[str, torch.Tensor]:
     return dict(torch.load(path))
 
 
-def unrecorded(tmp_path: Path, *args: str) -> dict[str, torch.Tensor]:
-    out = tmp_path / "plain.pt"
-    subprocess.run(
-        [sys.executable, str(SCRIPTS / "compiled.py"), *args, "--out", str(out)],
-        check=True,
-        capture_output=True,
-    )
-    return final_parameters(out)
+def unrecorded(recordings: Recordings, *args: str) -> dict[str, torch.Tensor]:
+    """The final parameters of ``compiled.py ARGS`` run unrecorded (made once per session)."""
+    spec = recording("compiled.py", *args, "--out", "{dir}/plain.pt", plain=True)
+    return final_parameters(recordings.make(spec).dir / "plain.pt")
 
 
 def assert_same_bits(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -51,12 +45,12 @@ def records_of(run_dir: Path, phase: Phase | None = None) -> list[tuple[int, str
 @pytest.mark.parametrize("how", ["module", "method", "fn"])
 @pytest.mark.parametrize("granularity", ["module", "op"])
 def test_compiled_region_is_recorded_at_its_boundary_without_changing_the_bits(
-    record: Recorder, tmp_path: Path, how: str, granularity: str
+    record: Recorder, recordings: Recordings, how: str, granularity: str
 ) -> None:
-    out = tmp_path / "recorded.pt"
     options = ("--granularity", granularity)
-    run = record("compiled.py", "--how", how, "--out", str(out), options=options)
-    assert_same_bits(final_parameters(out), unrecorded(tmp_path, "--how", how))
+    run = record("compiled.py", "--how", how, "--out", "{dir}/recorded.pt", options=options)
+    recorded = final_parameters(run.parent / "recorded.pt")
+    assert_same_bits(recorded, unrecorded(recordings, "--how", how))
     records = records_of(run)
     region = REGION[how]
     assert [step for step, kind, name in records if kind == "compiled"] == [0, 1, 2]
@@ -72,12 +66,14 @@ def test_compiled_region_is_recorded_at_its_boundary_without_changing_the_bits(
         assert not inside
 
 
-def test_inductor_region_at_op_level_keeps_the_bits(record: Recorder, tmp_path: Path) -> None:
+def test_inductor_region_at_op_level_keeps_the_bits(
+    record: Recorder, recordings: Recordings
+) -> None:
     """The real compiler: its kernels must run as they would unrecorded."""
-    out = tmp_path / "recorded.pt"
     args = ("--how", "module", "--backend", "inductor", "--steps", "2")
-    run = record("compiled.py", *args, "--out", str(out), options=OP)
-    assert_same_bits(final_parameters(out), unrecorded(tmp_path, *args))
+    run = record("compiled.py", *args, "--out", "{dir}/recorded.pt", options=OP)
+    recorded = final_parameters(run.parent / "recorded.pt")
+    assert_same_bits(recorded, unrecorded(recordings, *args))
     assert sum(kind == "compiled" for _, kind, _ in records_of(run)) == 2
 
 
