@@ -1,6 +1,11 @@
-"""Shared helpers for the TensorFlow adapter tests: real subprocesses through the real CLI.
+"""What the TensorFlow adapter tests share beside the session's recordings
+(tests/harness/recordings.py): Keras recordings of the example scripts, checked for a recording
+that stopped early, and the weights a script saved.
 
-Recordings are made once per module (fixtures below) and two at a time: TF import is ~2.5 s.
+>>> keras_run("keras_resume.py", "m", outputs={"WEIGHTS_OUT": "w.npz"}).command[:3]
+('env', 'WEIGHTS_OUT={dir}/w.npz', 'python')
+>>> switches(TRACED="1", HEAD="0")
+{'TRACED': '1'}
 """
 
 from __future__ import annotations
@@ -9,14 +14,74 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import tensorflow  # noqa: F401  (installed by the Makefile: a missing one must fail, not skip)
 
+from tests.harness.recordings import KERAS_SAMPLE, Recorded, Recording, Recordings, recording
+
+Name = TypeVar("Name")
+
+
+def keras_run(
+    script: str | Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    outputs: Mapping[str, str] | None = None,
+    options: Iterable[str] = (),
+    copy: str = "",
+    plain: bool = False,
+) -> Recording:
+    """``python SCRIPT ARGS`` (``script`` in tests/example_scripts, or a path) with ``env``;
+    ``outputs`` (variable -> file name) sets variables to files in the recording's own folder,
+    for a script that takes where to write from its environment (through ``env``, the command
+    being the same program with the same ``sys.argv``)."""
+    spec = recording(script, *args, env=env, options=options, copy=copy, plain=plain)
+    if not outputs:
+        return spec
+    named = tuple(f"{variable}={{dir}}/{file}" for variable, file in sorted(outputs.items()))
+    return Recording(("env", *named, *spec.command), spec.env, spec.options, 0, copy, plain)
+
+
+def train_keras(*args: str, **kwargs: Any) -> Recording:
+    """The sample training ``sample_runs/keras/train_keras.py ARGS`` (:func:`keras_run`)."""
+    return keras_run(KERAS_SAMPLE, *args, **kwargs)
+
+
+def switches(**flags: str) -> dict[str, str]:
+    """The environment of flags an example script reads as on when ``"1"``: those that are off
+    are left unset, so that one run asked for in two tests is one recording."""
+    return {name: value for name, value in flags.items() if value != "0"}
+
+
+def make_runs(recordings: Recordings, specs: Mapping[Name, Recording]) -> dict[Name, Recorded]:
+    """Every spec made (``recordings.make_all``), by name; a recorded one that says its
+    recording stopped early fails here."""
+    made = dict(zip(specs, recordings.make_all(specs.values()), strict=True))
+    for name, one in made.items():
+        if not specs[name].plain:
+            assert "recording stopped" not in one.stderr, (name, one.stderr[-3000:])
+    return made
+
+
+def make_run(recordings: Recordings, spec: Recording) -> Recorded:
+    """One spec made (:func:`make_runs`)."""
+    return make_runs(recordings, {"": spec})[""]
+
+
+def weights(path: Path) -> list[bytes]:
+    """The arrays of an ``np.savez(path, *model.get_weights())``, in order, as bytes."""
+    import numpy as np
+
+    with np.load(path) as data:
+        return [data[key].tobytes() for key in sorted(data, key=lambda k: int(k.split("_")[1]))]
+
+
+# the harness of the modules not yet on the session's recordings
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "sample_runs" / "keras" / "train_keras.py"
 BIN = Path(sys.executable).parent
@@ -85,13 +150,6 @@ def compare_pair(
         ]
     )
     return compare(*runs)
-
-
-def weights(path: Path) -> list[bytes]:
-    import numpy as np
-
-    with np.load(path) as data:
-        return [data[key].tobytes() for key in sorted(data, key=lambda k: int(k.split("_")[1]))]
 
 
 class KerasCli:
