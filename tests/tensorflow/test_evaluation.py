@@ -6,51 +6,80 @@ own SeedGenerator. Real Keras through the CLI."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_evaluate.py"
+import pytest
+
+from tests.harness.cli import compare_json
+from tests.harness.recordings import Recorded, Recording, Recordings
+from tests.tensorflow.conftest import keras_run, make_runs
+
+SCRIPT = "keras_evaluate.py"
+NOISE = "keras_noise.py"
+EARLY_STOP = "keras_early_stop.py"  # (its unchanged run is test_final_writes.py's too)
+TWO_FITS = "keras_two_fits.py"
+LOSS_SCALE = "keras_loss_scale.py"
+MIXED_PRECISION = "keras_mixed_precision.py"
+RUNS: dict[str, Recording] = {
+    "none": keras_run(SCRIPT, "none"),
+    "same": keras_run(SCRIPT, "same"),
+    "shifted": keras_run(SCRIPT, "same", env={"SHIFT": "1"}),
+    "noise_3": keras_run(NOISE, env={"NOISE_SEED": "3"}),
+    "noise_4": keras_run(NOISE, env={"NOISE_SEED": "4"}),
+    "loss_weight_half": keras_run(SCRIPT, "none", env={"LOSS_WEIGHT": "0.5"}),
+    "loss_weight_quarter": keras_run(SCRIPT, "none", env={"LOSS_WEIGHT": "0.25"}),
+    "early_stop": keras_run(EARLY_STOP),
+    "early_stop_min_delta": keras_run(EARLY_STOP, env={"MIN_DELTA": "0.05"}),
+    "two_fits": keras_run(TWO_FITS),
+    "two_fits_load_initial": keras_run(TWO_FITS, env={"LOAD_INITIAL": "1"}),
+    "two_fits_shuffle": keras_run(TWO_FITS, env={"SHUFFLE": "1"}),
+    "two_fits_recompile": keras_run(TWO_FITS, env={"RECOMPILE": "1"}),
+    "two_fits_recompile_evaluate": keras_run(TWO_FITS, env={"RECOMPILE": "1", "EVALUATE": "1"}),
+    "loss_scale": keras_run(LOSS_SCALE),
+    "loss_scale_128": keras_run(LOSS_SCALE, env={"SCALE": "128"}),
+    "loss_scale_plain": keras_run(LOSS_SCALE, plain=True),
+    "sgd": keras_run(MIXED_PRECISION),
+    "mixed": keras_run(MIXED_PRECISION, env={"MIXED": "1"}),
+}
 
 
-def test_evaluation_passes_are_named(keras_cli: Any, tmp_path: Path) -> None:
-    runs = {variant: tmp_path / variant for variant in ("none", "same", "shifted")}
-    keras_cli.in_parallel(
-        [
-            lambda: keras_cli.record(runs["none"], ("none",), script=SCRIPT),
-            lambda: keras_cli.record(runs["same"], ("same",), script=SCRIPT),
-        ]
-    )
-    keras_cli.record(runs["shifted"], ("same",), env={"SHIFT": "1"}, script=SCRIPT)
-    code, report = keras_cli.compare(runs["same"], runs["none"])
+@pytest.fixture(scope="module")
+def made(recordings: Recordings) -> dict[str, Recorded]:
+    return make_runs(recordings, RUNS)
+
+
+@pytest.fixture(scope="module")
+def runs(made: dict[str, Recorded]) -> dict[str, Path]:
+    """The run folder of each of :data:`RUNS`."""
+    return {name: one.run for name, one in made.items()}
+
+
+def test_evaluation_passes_are_named(runs: dict[str, Path]) -> None:
+    code, report = compare_json(runs["same"], runs["none"])
     first = report["first_divergence"]
     assert code == 1 and (first["phase"], first["kind"]) == ("data", "batch")
     assert "run A's model was in eval mode" in first["origin_text"]
     assert first["cause"] == "structure" and "in one run only" in first["cause_text"]
-    code, report = keras_cli.compare(runs["same"], runs["shifted"])
+    code, report = compare_json(runs["same"], runs["shifted"])
     first = report["first_divergence"]
     assert code == 1 and (first["phase"], first["kind"]) == ("data", "batch")
     assert "eval mode in both runs" in first["origin_text"]
     assert first["cause"] == "data" and "validation data" in first["cause_text"]
 
 
-NOISE = SCRIPT.with_name("keras_noise.py")
-
-
 def test_noise_from_a_seed_generator_of_the_fitted_model_is_evidence(
-    keras_cli: Any, tmp_path: Path
+    runs: dict[str, Path],
 ) -> None:
     """The fitted model is never called, so no layer call records its own SeedGenerator; its
     state is recorded at every step start, and noise drawn from another seed is put down to
     that generator, not to the data pipeline."""
-    envs = ({"NOISE_SEED": "3"}, {"NOISE_SEED": "4"})
-    code, report = keras_cli.compare_pair(tmp_path, NOISE, envs=envs)
+    code, report = compare_json(runs["noise_3"], runs["noise_4"])
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["kind"]) == (0, "batch")
     assert first["cause"] == "rng" and "noisy.seed_generator0.state" in first["cause_text"]
 
 
-def test_another_loss_weight_given_to_compile_is_named(keras_cli: Any, tmp_path: Path) -> None:
-    envs = ({"LOSS_WEIGHT": "0.5"}, {"LOSS_WEIGHT": "0.25"})
-    code, report = keras_cli.compare_pair(tmp_path, SCRIPT, (("none",), ("none",)), envs)
+def test_another_loss_weight_given_to_compile_is_named(runs: dict[str, Path]) -> None:
+    code, report = compare_json(runs["loss_weight_half"], runs["loss_weight_quarter"])
     first = report["first_divergence"]
     assert code == 1
     assert (first["step"], first["phase"], first["kind"], first["location"]) == (
@@ -60,29 +89,23 @@ def test_another_loss_weight_given_to_compile_is_named(keras_cli: Any, tmp_path:
     assert first["cause"] == "configuration" and "compiled with other" in first["cause_text"]
 
 
-EARLY_STOP = SCRIPT.with_name("keras_early_stop.py")
-
-
-def test_a_fit_stopped_early_by_a_callback_is_named_as_such(keras_cli: Any, tmp_path: Path) -> None:
+def test_a_fit_stopped_early_by_a_callback_is_named_as_such(runs: dict[str, Path]) -> None:
     """EarlyStopping ends one fit after a validation pass where the other trains on: a length
     difference inside the step, in a run that ended cleanly, is the loop stopping earlier,
     not a kill or a crash."""
-    code, report = keras_cli.compare_pair(tmp_path, EARLY_STOP, envs=(None, {"MIN_DELTA": "0.05"}))
+    code, report = compare_json(runs["early_stop"], runs["early_stop_min_delta"])
     first = report["first_divergence"]
     assert code == 1 and first["reason"] == "length", first
     assert "ends before" in first["origin_text"]
     assert first["cause"] == "length" and "EarlyStopping" in first["cause_text"]
 
 
-TWO_FITS = SCRIPT.with_name("keras_two_fits.py")
-
-
-def test_weights_loaded_between_two_fits_are_named_there(keras_cli: Any, tmp_path: Path) -> None:
+def test_weights_loaded_between_two_fits_are_named_there(runs: dict[str, Path]) -> None:
     """load_weights() between two fits in one run only: the variables written since the first
     fit ended are recorded as the second one starts, so the write is named there (it was
     called a compute origin at the first layer that read the weights). A run without writes
     records nothing there (the evaluation test above: an evaluate() between fits)."""
-    code, report = keras_cli.compare_pair(tmp_path, TWO_FITS, envs=(None, {"LOAD_INITIAL": "1"}))
+    code, report = compare_json(runs["two_fits"], runs["two_fits_load_initial"])
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["phase"], first["kind"]) == (2, "forward", "param")
     assert first["reason"] == "structure"
@@ -90,14 +113,11 @@ def test_weights_loaded_between_two_fits_are_named_there(keras_cli: Any, tmp_pat
     assert first["cause"] == "parameters" and "written after a fit()" in first["cause_text"]
 
 
-def test_an_evaluation_between_two_fits_in_one_run_only_is_named(
-    keras_cli: Any, tmp_path: Path
-) -> None:
+def test_an_evaluation_between_two_fits_in_one_run_only_is_named(runs: dict[str, Path]) -> None:
     """evaluate() before a second fit with a new optimizer, in run B only: B's evaluation
     batch stands where A records its new optimizer's state; the evaluation is named, not a
     checkpoint's optimizer state."""
-    envs = ({"RECOMPILE": "1"}, {"RECOMPILE": "1", "EVALUATE": "1"})
-    code, report = keras_cli.compare_pair(tmp_path, TWO_FITS, envs=envs)
+    code, report = compare_json(runs["two_fits_recompile"], runs["two_fits_recompile_evaluate"])
     first = report["first_divergence"]
     assert code == 1
     assert (first["reason"], first["kind"], first["step"]) == ("structure", "batch", 2)
@@ -105,20 +125,14 @@ def test_an_evaluation_between_two_fits_in_one_run_only_is_named(
     assert first["cause"] == "structure" and "evaluation" in first["cause_text"]
 
 
-LOSS_SCALE = SCRIPT.with_name("keras_loss_scale.py")
-MIXED_PRECISION = SCRIPT.with_name("keras_mixed_precision.py")
-
-
 def test_a_loss_scale_optimizer_keeps_one_step_a_batch_and_names_its_scale(
-    keras_cli: Any, tmp_path: Path
+    made: dict[str, Recorded],
 ) -> None:
     """LossScaleOptimizer: its own apply() is recorded as the update, so a step it skips for
     overflowing gradients still ends a step (8 batches, 8 steps; they merged), its loss scale
     is recorded before the scaled loss, so another initial_scale is named as that (it was
     called a compute origin at the loss), and the weights are those of an unrecorded fit."""
-    import sys
-
-    code, report = keras_cli.compare_pair(tmp_path, LOSS_SCALE, envs=(None, {"SCALE": "128"}))
+    code, report = compare_json(made["loss_scale"].run, made["loss_scale_128"].run)
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["kind"], first["location"]) == (
         0, "optim_state", "LossScaleOptimizer.loss_scale",
@@ -126,9 +140,8 @@ def test_a_loss_scale_optimizer_keeps_one_step_a_batch_and_names_its_scale(
     assert first["origin"] is True and first["cause"] == "configuration"
     assert "LossScaleOptimizer's loss scale differs" in first["cause_text"]
     assert report["processes"][0]["steps_a"] == 8
-    plain = keras_cli.run([sys.executable, str(LOSS_SCALE)])
-    record = [sys.executable, "-m", "divergence", "record", "-o", str(tmp_path / "c"), "--"]
-    recorded = keras_cli.run([*record, "python", str(LOSS_SCALE)])
+    # (what diverge record -- python keras_loss_scale.py printed: the program's stdout)
+    plain, recorded = made["loss_scale_plain"], made["loss_scale"]
     assert plain.returncode == recorded.returncode == 0, recorded.stderr[-2000:]
     digest = [line for line in plain.stdout.splitlines() if line.startswith("WEIGHTS")]
     assert digest and digest == [
@@ -137,13 +150,12 @@ def test_a_loss_scale_optimizer_keeps_one_step_a_batch_and_names_its_scale(
 
 
 def test_mixed_precision_in_one_run_only_names_the_wrapped_optimizer(
-    keras_cli: Any, tmp_path: Path
+    runs: dict[str, Path],
 ) -> None:
     """Both runs' optimizers hold state at the first fit, named by class (SGD, and the
     LossScaleOptimizer mixed precision wraps it in): the optimizers are named, not one run's
     state taken for a checkpoint's; the dtype policy is the cause."""
-    envs = (None, {"MIXED": "1"})
-    code, report = keras_cli.compare_pair(tmp_path, MIXED_PRECISION, envs=envs)
+    code, report = compare_json(runs["sgd"], runs["mixed"])
     first = report["first_divergence"]
     assert code == 1 and (first["reason"], first["kind"]) == ("structure", "optim_state")
     assert first["origin_text"].startswith(
@@ -152,10 +164,10 @@ def test_mixed_precision_in_one_run_only_names_the_wrapped_optimizer(
     assert first["cause"] == "configuration" and "dtype policies" in first["cause_text"]
 
 
-def test_fit_called_with_another_shuffle_is_named(keras_cli: Any, tmp_path: Path) -> None:
+def test_fit_called_with_another_shuffle_is_named(runs: dict[str, Path]) -> None:
     """fit(shuffle=True) in one run, shuffle=False in the other: the argument is recorded
     (metadata keras_fit) and named, not taken for a tf.data shuffle seeded otherwise."""
-    code, report = keras_cli.compare_pair(tmp_path, TWO_FITS, envs=(None, {"SHUFFLE": "1"}))
+    code, report = compare_json(runs["two_fits"], runs["two_fits_shuffle"])
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["phase"]) == (0, "data"), first
     shuffle = [e for e in report["environment_differences"] if e["key"] == "keras_fit.0.shuffle"]

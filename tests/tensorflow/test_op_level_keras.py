@@ -3,36 +3,36 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from divergence.store.run import Run
 from divergence.store.schema import Kind, Phase
+from tests.harness.cli import compare_json
+from tests.harness.recordings import Recorded, Recording, Recordings
+from tests.tensorflow.conftest import make_runs, train_keras, weights
 
 OP = ("--granularity", "op")
 EAGER = ("--loop", "eager", "--model", "sequential")
-RUNS: dict[str, tuple[str, ...]] = {
-    "fit": (),
-    "fit_again": (),
-    "fit_flip": ("--flip-step", "2"),
-    "eager": (*EAGER, "--save", "{dir}/eager.npz"),
-    "eager_flip": (*EAGER, "--flip-step", "2"),
+RUNS: dict[str, Recording] = {
+    "fit": train_keras(options=OP),
+    "fit_again": train_keras(options=OP, copy="b"),  # another process
+    "fit_flip": train_keras("--flip-step", "2", options=OP),
+    "eager": train_keras(*EAGER, "--save", "{dir}/eager.npz", options=OP),
+    "eager_flip": train_keras(*EAGER, "--flip-step", "2", options=OP),
+    "eager_plain": train_keras(*EAGER, "--save", "{dir}/eager_plain.npz", plain=True),
 }
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, keras_cli: Any) -> Path:
-    root = tmp_path_factory.mktemp("keras_op_runs")
+def made(recordings: Recordings) -> dict[str, Recorded]:
+    return make_runs(recordings, RUNS)
 
-    def job(name: str, args: tuple[str, ...]) -> object:
-        args = tuple(a.format(dir=root) for a in args)
-        return lambda: keras_cli.record(root / name, args, options=OP)
 
-    jobs = [job(name, args) for name, args in RUNS.items()]
-    jobs.append(lambda: keras_cli.plain((*EAGER, "--save", str(root / "eager_plain.npz"))))
-    keras_cli.in_parallel(jobs)
-    return root
+@pytest.fixture(scope="module")
+def runs(made: dict[str, Recorded]) -> dict[str, Path]:
+    """The run folder of each of :data:`RUNS`."""
+    return {name: one.run for name, one in made.items()}
 
 
 def records(path: Path) -> list[tuple[str, str, str]]:
@@ -46,13 +46,13 @@ def records(path: Path) -> list[tuple[str, str, str]]:
     ]
 
 
-def test_two_op_level_fits_are_identical(keras_cli: Any, runs: Path) -> None:
-    code, report = keras_cli.compare(runs / "fit", runs / "fit_again")
+def test_two_op_level_fits_are_identical(runs: dict[str, Path]) -> None:
+    code, report = compare_json(runs["fit"], runs["fit_again"])
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
 
 
-def test_ops_are_attributed_to_their_layer_and_phase(runs: Path) -> None:
-    seen = set(records(runs / "fit"))
+def test_ops_are_attributed_to_their_layer_and_phase(runs: dict[str, Path]) -> None:
+    seen = set(records(runs["fit"]))
     assert ("forward", "op_output", "functional.dense/MatMul") in seen
     assert ("forward", "op_input", "functional.block.dense/MatMul") in seen
     # gradient ops go to the layer whose forward op they differentiate
@@ -62,8 +62,8 @@ def test_ops_are_attributed_to_their_layer_and_phase(runs: Path) -> None:
     assert not any("ScatterNd" in name for _, _, name in seen)
 
 
-def test_a_changed_constant_in_a_layer_is_the_origin(keras_cli: Any, runs: Path) -> None:
-    code, report = keras_cli.compare(runs / "fit", runs / "fit_flip")
+def test_a_changed_constant_in_a_layer_is_the_origin(runs: dict[str, Path]) -> None:
+    code, report = compare_json(runs["fit"], runs["fit_flip"])
     first = report["first_divergence"]
     assert code == 1
     assert (first["step"], first["kind"], first["location"]) == (
@@ -74,25 +74,28 @@ def test_a_changed_constant_in_a_layer_is_the_origin(keras_cli: Any, runs: Path)
     assert first["origin"] is True
 
 
-def test_eager_ops_are_recorded_without_changing_the_weights(keras_cli: Any, runs: Path) -> None:
-    assert keras_cli.weights(runs / "eager.npz") == keras_cli.weights(runs / "eager_plain.npz")
-    seen = set(records(runs / "eager"))
+def test_eager_ops_are_recorded_without_changing_the_weights(
+    made: dict[str, Recorded], runs: dict[str, Path]
+) -> None:
+    recorded, plain = made["eager"].dir / "eager.npz", made["eager_plain"].dir / "eager_plain.npz"
+    assert weights(recorded) == weights(plain)
+    seen = set(records(runs["eager"]))
     assert ("forward", "op_output", "sequential.dense/MatMul") in seen
     assert ("backward", "op_output", "sequential.dense/MatMul") in seen
-    meta = Run.open(runs / "eager").processes[0].load().meta
+    meta = Run.open(runs["eager"]).processes[0].load().meta
     assert not any("grappler" in note for note in meta.get("notes", []))
 
 
 def test_an_eager_python_constant_is_placed_before_the_op_that_reads_it(
-    keras_cli: Any, runs: Path
+    runs: dict[str, Path],
 ) -> None:
-    code, report = keras_cli.compare(runs / "eager", runs / "eager_flip")
+    code, report = compare_json(runs["eager"], runs["eager_flip"])
     first = report["first_divergence"]
     assert code == 1
     assert (first["kind"], first["location"]) == ("op_input", "sequential.flip/Equal")
     assert "a Python number" in first["origin_text"]
 
 
-def test_traced_op_level_says_probes_can_change_grappler_rewrites(runs: Path) -> None:
-    meta = Run.open(runs / "fit").processes[0].load().meta
+def test_traced_op_level_says_probes_can_change_grappler_rewrites(runs: dict[str, Path]) -> None:
+    meta = Run.open(runs["fit"]).processes[0].load().meta
     assert any("grappler" in note for note in meta["notes"])

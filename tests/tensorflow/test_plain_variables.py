@@ -5,21 +5,30 @@ the CLI."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_plain_variables.py"
+import pytest
+
+from tests.harness.cli import compare_json
+from tests.harness.recordings import Recordings
+from tests.tensorflow.conftest import keras_run, make_runs
+
+SCRIPT = "keras_plain_variables.py"
+RUNS = {"a": keras_run(SCRIPT), "planted": keras_run(SCRIPT, "--plant", "2")}
 
 
-def test_plain_variables_are_recorded_with_their_optimizer_slots(
-    keras_cli: Any, tmp_path: Path
-) -> None:
-    code, report = keras_cli.compare_pair(tmp_path, SCRIPT, ((), ("--plant", "2")))
+@pytest.fixture(scope="module")
+def runs(recordings: Recordings) -> dict[str, Path]:
+    return {name: one.run for name, one in make_runs(recordings, RUNS).items()}
+
+
+def test_plain_variables_are_recorded_with_their_optimizer_slots(runs: dict[str, Path]) -> None:
+    code, report = compare_json(runs["a"], runs["planted"])
     assert code == 1
     first = report["first_divergence"]
     assert (first["step"], first["reason"]) == (2, "value")
     from divergence.store.run import Run
 
-    run = Run.open(tmp_path / "a").processes[0].load()
+    run = Run.open(runs["a"]).processes[0].load()
     assert run.steps_complete == 5
     names = {run.strings[i] for i in run.records["name"]}
     # ("?": a name no model of the run gives it, as Keras or the user wrote it)

@@ -6,7 +6,7 @@ training step 2, in-graph; compare must find it there and call it the origin.
 
 from __future__ import annotations
 
-import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,50 +14,59 @@ import pytest
 
 from divergence.store.run import Run
 from divergence.store.schema import Kind, Phase, Status
+from tests.harness.cli import compare_json, run_cli
+from tests.harness.recordings import Recorded, Recording, Recordings
+from tests.tensorflow.conftest import keras_run, make_run, make_runs, train_keras, weights
 
 FLIP = ("--flip-step", "2")
 DUMP = ("--dump-steps", "2:3", "--dump-include", "functional.flip")  # full tensors in-graph
+TAPE = ("--loop", "tape", "--model", "sequential")
+EAGER = ("--loop", "eager", "--model", "subclassed")
 # A traced loop whose clipped gradients feed SGD's momentum update: a probe on the clipped
 # gradients changed grappler's rewrites of the update (0.5.0), so they are not probed
-CLIP_SGD = ("--loop", "tape", "--model", "sequential", "--clip-norm", "1.0", "--momentum", "0.9")
-RUNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
-    "fit": (("--save", "{dir}/fit.npz"), {}),
-    "fit_again": (("--warmup",), {}),  # other Keras auto-numbers, same stable names
-    "fit_flip": (FLIP, {}),
-    "xla": (("--jit", "--save", "{dir}/xla.npz"), {}),
-    "xla_flip": (("--jit", *FLIP), {}),
-    "tape": (("--loop", "tape", "--model", "sequential"), {}),
-    "tape_flip": (("--loop", "tape", "--model", "sequential", *FLIP), {}),
-    "eager": (("--loop", "eager", "--model", "subclassed"), {}),
-    "eager_flip": (("--loop", "eager", "--model", "subclassed", *FLIP), {}),
-    "onednn_off": ((), {"TF_ENABLE_ONEDNN_OPTS": "0"}),
-    "per_execution": (("--steps-per-execution", "2"), {}),
-    "per_execution_flip": (("--steps-per-execution", "2"), {"TRAIN_FLIP_STEP": "2"}),
-    "tfdata_1": (("--tfdata-nondeterministic",), {}),
-    "tfdata_2": (("--tfdata-nondeterministic",), {}),
-    "fit_lr": (("--lr", "0.011"), {}),
-    "fit_lr_drop": (("--lr-drop-step", "3"), {}),
-    "tape_lr_drop": (("--loop", "tape", "--model", "sequential", "--lr-drop-step", "3"), {}),
-    "eager_lr": (("--loop", "eager", "--model", "subclassed", "--lr", "0.011"), {}),
-    "tape_clip_1": (("--loop", "tape", "--model", "sequential"), {"TRAIN_CLIP_NORM": "1.0"}),
-    "tape_clip_half": (("--loop", "tape", "--model", "sequential"), {"TRAIN_CLIP_NORM": "0.5"}),
-    "eager_clip_1": (("--loop", "eager", "--model", "subclassed"), {"TRAIN_CLIP_NORM": "1.0"}),
-    "eager_clip_half": (("--loop", "eager", "--model", "subclassed"), {"TRAIN_CLIP_NORM": "0.5"}),
-    "clip_sgd": (("--save", "{dir}/clip_sgd.npz", *CLIP_SGD), {}),
-    "fit_bn_momentum": ((), {"TRAIN_BN_MOMENTUM": "0.9"}),
-    "fit_relabel": (("--relabel",), {}),
-    "fit_class_weight": (("--class-weight",), {}),
-}
-PLAIN = {
-    "fit": ("--save", "{dir}/fit_plain.npz"),
-    "xla": ("--jit", "--save", "{dir}/xla_plain.npz"),
-    "clip_sgd": ("--save", "{dir}/clip_sgd_plain.npz", *CLIP_SGD),
+CLIP_SGD = (*TAPE, "--clip-norm", "1.0", "--momentum", "0.9")
+RUNS: dict[str, Recording] = {
+    "fit": train_keras("--save", "{dir}/fit.npz", options=DUMP),
+    "fit_again": train_keras("--warmup", options=DUMP),  # other Keras auto-numbers, same names
+    "fit_flip": train_keras(*FLIP, options=DUMP),
+    "xla": train_keras("--jit", "--save", "{dir}/xla.npz"),
+    "xla_flip": train_keras("--jit", *FLIP),
+    "tape": train_keras(*TAPE),
+    "tape_flip": train_keras(*TAPE, *FLIP),
+    "eager": train_keras(*EAGER),
+    "eager_flip": train_keras(*EAGER, *FLIP),
+    "onednn_off": train_keras(env={"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    "per_execution": train_keras("--steps-per-execution", "2"),
+    "per_execution_flip": train_keras("--steps-per-execution", "2", env={"TRAIN_FLIP_STEP": "2"}),
+    "tfdata_1": train_keras("--tfdata-nondeterministic"),
+    "tfdata_2": train_keras("--tfdata-nondeterministic", copy="b"),  # another process
+    "fit_lr": train_keras("--lr", "0.011", options=DUMP),
+    "fit_lr_drop": train_keras("--lr-drop-step", "3", options=DUMP),
+    "tape_lr_drop": train_keras(*TAPE, "--lr-drop-step", "3"),
+    "eager_lr": train_keras(*EAGER, "--lr", "0.011"),
+    "tape_clip_1": train_keras(*TAPE, env={"TRAIN_CLIP_NORM": "1.0"}),
+    "tape_clip_half": train_keras(*TAPE, env={"TRAIN_CLIP_NORM": "0.5"}),
+    "eager_clip_1": train_keras(*EAGER, env={"TRAIN_CLIP_NORM": "1.0"}),
+    "eager_clip_half": train_keras(*EAGER, env={"TRAIN_CLIP_NORM": "0.5"}),
+    "clip_sgd": train_keras("--save", "{dir}/clip_sgd.npz", *CLIP_SGD),
+    "fit_bn_momentum": train_keras(env={"TRAIN_BN_MOMENTUM": "0.9"}, options=DUMP),
+    "fit_relabel": train_keras("--relabel", options=DUMP),
+    "fit_class_weight": train_keras("--class-weight", options=DUMP),
+    # the same trainings unrecorded, for their weights
+    "fit_plain": train_keras("--save", "{dir}/fit_plain.npz", plain=True),
+    "xla_plain": train_keras("--jit", "--save", "{dir}/xla_plain.npz", plain=True),
+    "clip_sgd_plain": train_keras("--save", "{dir}/clip_sgd_plain.npz", *CLIP_SGD, plain=True),
+    # a model whose probes keep grappler from a fusion: what record says is under test
+    "residual": keras_run("keras_residual.py"),
+    # two optimizers of one class, the second's learning rate set by the argument
+    "two_optimizers_0.01": keras_run("keras_two_optimizers.py", "0.01"),
+    "two_optimizers_0.02": keras_run("keras_two_optimizers.py", "0.02"),
 }
 
 
-def first_difference(keras_cli: Any, a: Path, b: Path) -> dict[str, Any]:
+def first_difference(a: Path, b: Path) -> dict[str, Any]:
     """The first divergence of two runs that differ (compare exits 1)."""
-    code, report = keras_cli.compare(a, b)
+    code, report = compare_json(a, b)
     assert code == 1, report["status"]
     first: dict[str, Any] = report["first_divergence"]
     return first
@@ -69,23 +78,18 @@ def place(first: dict[str, Any]) -> tuple[Any, ...]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, keras_cli: Any) -> Path:
-    root = tmp_path_factory.mktemp("keras_runs")
-    record, plain = keras_cli.record, keras_cli.plain
-
-    def job(name: str, args: tuple[str, ...], env: dict[str, str]) -> object:
-        args = tuple(a.format(dir=root) for a in args)
-        options = DUMP if name.startswith("fit") else ()
-        return lambda: record(root / name, args, env, options)
-
-    jobs = [job(name, args, env) for name, (args, env) in RUNS.items()]
-    jobs += [lambda a=a: plain(tuple(x.format(dir=root) for x in a)) for a in PLAIN.values()]
-    keras_cli.in_parallel(jobs)
-    return root
+def made(recordings: Recordings) -> dict[str, Recorded]:
+    return make_runs(recordings, RUNS)
 
 
-def test_two_records_of_the_same_script_are_identical(keras_cli: Any, runs: Path) -> None:
-    code, report = keras_cli.compare(runs / "fit", runs / "fit_again")
+@pytest.fixture(scope="module")
+def runs(made: dict[str, Recorded]) -> dict[str, Path]:
+    """The run folder of each of :data:`RUNS`."""
+    return {name: one.run for name, one in made.items()}
+
+
+def test_two_records_of_the_same_script_are_identical(runs: dict[str, Path]) -> None:
+    code, report = compare_json(runs["fit"], runs["fit_again"])
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
 
 
@@ -99,9 +103,9 @@ def test_two_records_of_the_same_script_are_identical(keras_cli: Any, runs: Path
     ],
 )
 def test_planted_bit_flip_is_found_as_origin(
-    keras_cli: Any, runs: Path, a: str, b: str, location: str
+    runs: dict[str, Path], a: str, b: str, location: str
 ) -> None:
-    code, report = keras_cli.compare(runs / a, runs / b)
+    code, report = compare_json(runs[a], runs[b])
     first = report["first_divergence"]
     assert code == 1
     assert (first["step"], first["kind"], first["location"], first["origin"]) == (
@@ -109,17 +113,17 @@ def test_planted_bit_flip_is_found_as_origin(
     )  # fmt: skip
 
 
-def test_dumps_show_the_flipped_element(keras_cli: Any, runs: Path) -> None:
-    _, report = keras_cli.compare(runs / "fit", runs / "fit_flip")
+def test_dumps_show_the_flipped_element(runs: dict[str, Path]) -> None:
+    _, report = compare_json(runs["fit"], runs["fit_flip"])
     numeric = report["first_divergence"]["numeric"]
     assert (numeric["mismatched"], numeric["abs_diff_index"], numeric["max_ulp"]) == (1, [0, 0], 1)
 
 
-def test_onednn_off_is_a_real_environment_divergence(keras_cli: Any, runs: Path) -> None:
+def test_onednn_off_is_a_real_environment_divergence(runs: dict[str, Path]) -> None:
     """oneDNN's and Eigen's kernels sum in other orders on a 2-core Xeon (AVX-512); on an AMD
     EPYC without AVX-512 they gave this model the same bits: the runs then compare identical,
     with the setting still shown beside the verdict."""
-    code, report = keras_cli.compare(runs / "fit", runs / "onednn_off")
+    code, report = compare_json(runs["fit"], runs["onednn_off"])
     assert any(e["key"] == "env.TF_ENABLE_ONEDNN_OPTS" for e in report["environment_differences"])
     if code == 0:
         assert report["status"] == "identical" and report["first_divergence"] is None
@@ -135,14 +139,14 @@ def test_onednn_off_is_a_real_environment_divergence(keras_cli: Any, runs: Path)
 
 @pytest.mark.parametrize("mode", ["fit", "xla", "clip_sgd"])
 def test_recording_does_not_change_the_trained_weights(
-    keras_cli: Any, runs: Path, mode: str
+    made: dict[str, Recorded], mode: str
 ) -> None:
-    w = keras_cli.weights
-    assert w(runs / f"{mode}.npz") == w(runs / f"{mode}_plain.npz")
+    recorded, plain = made[mode].dir / f"{mode}.npz", made[f"{mode}_plain"].dir
+    assert weights(recorded) == weights(plain / f"{mode}_plain.npz")
 
 
-def test_metadata_and_kinds(keras_cli: Any, runs: Path) -> None:
-    run = Run.open(runs / "fit").processes[0].load()
+def test_metadata_and_kinds(runs: dict[str, Path]) -> None:
+    run = Run.open(runs["fit"]).processes[0].load()
     meta = run.meta
     assert meta["framework"] == "tensorflow"
     assert set(meta["versions"]) >= {"tensorflow", "keras", "numpy"}
@@ -156,55 +160,53 @@ def test_metadata_and_kinds(keras_cli: Any, runs: Path) -> None:
     assert rng == {"numpy.random", "python.random"}  # the framework's: test_fingerprint.py
 
 
-def test_notes_say_what_xla_and_steps_per_execution_change(keras_cli: Any, runs: Path) -> None:
-    xla = Run.open(runs / "xla").processes[0].load().meta
+def test_notes_say_what_xla_and_steps_per_execution_change(runs: dict[str, Path]) -> None:
+    xla = Run.open(runs["xla"]).processes[0].load().meta
     assert any("XLA" in note for note in xla["notes"])
-    per_execution = Run.open(runs / "per_execution").processes[0].load()
+    per_execution = Run.open(runs["per_execution"]).processes[0].load()
     assert any("steps_per_execution=2" in note for note in per_execution.meta["notes"])
     assert int(per_execution.records["step"].max()) == 2  # 6 batches in 3 executions
     assert per_execution.meta["steps_per_execution"] == 2
 
 
 def test_a_probe_between_ops_grappler_fuses_is_said(
-    keras_cli: Any, runs: Path, tmp_path: Path
+    made: dict[str, Recorded], runs: dict[str, Path]
 ) -> None:
     """A Dense without activation whose output a residual Add reads: the layer probes keep
     grappler from fusing the bias add with the Add, which an unrecorded fit does, so the run
     may end with other bits (it did on this CPU); record says so, and so does info. The sample
     model, whose weights equal an unrecorded fit's (tested above), gets no such note."""
-    script = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_residual.py"
-    out = tmp_path / "residual"
-    diverge = [sys.executable, "-m", "divergence"]
-    result = keras_cli.run([*diverge, "record", "-o", str(out), "--", "python", str(script)])
+    result = made["residual"]  # diverge record -- python keras_residual.py
     assert result.returncode == 0, result.stderr[-3000:]
     said = "diverge: note: inside tf.function, a probe read the output of an op that grappler"
     assert said in result.stderr
-    info = keras_cli.run([*diverge, "info", str(out)]).stdout
+    # (100: the width of info piped; xdist's workers set COLUMNS=80)
+    info = run_cli("info", "--width", "100", str(result.run)).stdout
     assert "\n  note " in info and "with other bits than an unrecorded one" in info
-    notes = Run.open(runs / "fit").processes[0].load().meta.get("notes", [])
+    notes = Run.open(runs["fit"]).processes[0].load().meta.get("notes", [])
     assert not any("grappler" in note for note in notes)
 
 
-def test_a_step_of_several_training_steps_claims_no_origin(keras_cli: Any, runs: Path) -> None:
+def test_a_step_of_several_training_steps_claims_no_origin(runs: dict[str, Path]) -> None:
     """The flip at training step 2, the first of execution 1 (steps 2 and 3), shows in step
     3's records, the only ones that execution keeps: where it surfaced is not the origin."""
-    first = first_difference(keras_cli, runs / "per_execution", runs / "per_execution_flip")
+    first = first_difference(runs["per_execution"], runs["per_execution_flip"])
     assert (first["step"], first["phase"], first["origin"]) == (1, "forward", None)
     assert "steps_per_execution=2), recorded by its last one only" in first["origin_text"]
     assert first["cause"] == "unknown" and "steps_per_execution=1" in first["cause_text"]
 
 
 def test_tf_data_with_deterministic_false_is_a_data_divergence(
-    keras_cli: Any, runs: Path, tmp_path: Path
+    recordings: Recordings, runs: dict[str, Path]
 ) -> None:
     # It differs on every run; should two runs deliver the same order by chance, record again.
-    a, b = runs / "tfdata_1", runs / "tfdata_2"
-    code, report = keras_cli.compare(a, b)
+    a, b = runs["tfdata_1"], runs["tfdata_2"]
+    code, report = compare_json(a, b)
     for attempt in range(2):
         if code == 1:
             break
-        b = keras_cli.record(tmp_path / f"again{attempt}", ("--tfdata-nondeterministic",))
-        code, report = keras_cli.compare(a, b)
+        b = make_run(recordings, replace(RUNS["tfdata_2"], copy=f"again{attempt}")).run
+        code, report = compare_json(a, b)
     first = report["first_divergence"]
     assert code == 1
     assert (first["phase"], first["kind"], first["cause"]) == ("data", "batch", "data")
@@ -221,111 +223,86 @@ def test_tf_data_with_deterministic_false_is_a_data_divergence(
     ],
 )
 def test_a_different_learning_rate_is_named_with_both_values(
-    keras_cli: Any, runs: Path, a: str, b: str, step: int, difference: str
+    runs: dict[str, Path], a: str, b: str, step: int, difference: str
 ) -> None:
     """The optimizer's settings are recorded at every step (a callback or an assignment
     between steps included), before the values its update writes: a learning rate that
     differs is the origin, not an update whose inputs matched."""
-    first = first_difference(keras_cli, runs / a, runs / b)
+    first = first_difference(runs[a], runs[b])
     assert place(first) == (step, "optimizer", "hyperparam", "Adam.settings")
     assert difference in first["origin_text"]
     assert first["cause"] == "configuration"
 
 
-def test_labels_and_loss_weights_are_recorded_and_named(keras_cli: Any, runs: Path) -> None:
+def test_labels_and_loss_weights_are_recorded_and_named(runs: dict[str, Path]) -> None:
     """What the loss reads besides the model's output: another label is a data difference
     of the targets, not a loss whose inputs matched; class weights in one run only are named
     as such, not as different code paths."""
-    first = first_difference(keras_cli, runs / "fit", runs / "fit_relabel")
+    first = first_difference(runs["fit"], runs["fit_relabel"])
     assert place(first) == (0, "data", "batch", "targets")
     assert "targets (labels) passed to the loss differ" in first["origin_text"]
     # (the runs' arguments differ too, --relabel: the labels rule is the more precise)
     assert first["cause"] == "data" and "other labels" in first["cause_text"]
     assert "deterministic=False" not in first["cause_text"]
-    first = first_difference(keras_cli, runs / "fit", runs / "fit_class_weight")
+    first = first_difference(runs["fit"], runs["fit_class_weight"])
     assert (first["reason"], first["location"]) == ("structure", "sample_weight")
     assert first["origin_text"].startswith("run B weighted its loss")
     assert first["cause"] == "data" and "class_weight" in first["cause_text"]
 
 
-def test_a_gradient_clipped_before_apply_gradients_is_named(keras_cli: Any, runs: Path) -> None:
+def test_a_gradient_clipped_before_apply_gradients_is_named(runs: dict[str, Path]) -> None:
     """A gradient that reaches apply_gradients() as another tensor than tape.gradient()
     returned is recorded in the optimizer phase, after the tape's own in the backward phase:
     eagerly, clipping with another norm is that gradient edit (the origin); inside
     tf.function the edited gradient is not fingerprinted (a skipped record), so the update
     is where the runs part, its origin open. Clipping in one run only is named as such."""
-    first = first_difference(keras_cli, runs / "eager_clip_1", runs / "eager_clip_half")
+    first = first_difference(runs["eager_clip_1"], runs["eager_clip_half"])
     assert place(first)[:3] == (0, "optimizer", "param_grad") and first["origin"] is True
     assert "the gradient the tape returned matched" in first["origin_text"]
     assert first["cause"] == "gradients" and "clip_by_global_norm" in first["cause_text"]
-    first = first_difference(keras_cli, runs / "tape_clip_1", runs / "tape_clip_half")
+    first = first_difference(runs["tape_clip_1"], runs["tape_clip_half"])
     assert place(first)[:3] == (0, "optimizer", "param") and first["origin"] is None
     assert "between tape.gradient() and apply_gradients()" in first["origin_text"]
     assert first["cause"] == "gradients" and "clip_by_global_norm" in first["cause_text"]
-    first = first_difference(keras_cli, runs / "eager", runs / "eager_clip_1")
+    first = first_difference(runs["eager"], runs["eager_clip_1"])
     assert (first["reason"], first["phase"], first["cause"]) == (
         "structure",
         "optimizer",
         "gradients",
     )
     assert "run B changed" in first["origin_text"]
-    first = first_difference(keras_cli, runs / "tape", runs / "tape_clip_1")  # traced edit
+    first = first_difference(runs["tape"], runs["tape_clip_1"])  # traced edit
     assert (first["reason"], first["step"]) == ("structure", 0)
     assert "run B's traced step (tf.function) holds code that edits" in first["origin_text"]
     assert "need not change a value at this step" in first["origin_text"]
-    records = Run.open(runs / "tape_clip_1").processes[0].load().records
+    records = Run.open(runs["tape_clip_1"]).processes[0].load().records
     grads = records[records["kind"] == Kind.PARAM_GRAD]
     edited = grads[grads["phase"] == Phase.OPTIMIZER]
     assert len(edited) * 2 == len(grads) and set(edited["status"]) == {Status.SKIPPED}
-    records = Run.open(runs / "tape").processes[0].load().records
+    records = Run.open(runs["tape"]).processes[0].load().records
     assert set(records[records["kind"] == Kind.PARAM_GRAD]["phase"]) == {Phase.BACKWARD}
 
 
-TWO_OPTIMIZERS = """
-import sys
-import keras, numpy as np, tensorflow as tf
-keras.utils.set_random_seed(0)
-g = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
-d = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-first, second = keras.optimizers.Adam(0.01), keras.optimizers.Adam(float(sys.argv[1]))
-
-@tf.function
-def step(x):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(d(g(x)) ** 2)
-    first.apply_gradients(zip(tape.gradient(loss, d.trainable_variables), d.trainable_variables))
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean((d(g(x)) - 1) ** 2)
-    second.apply_gradients(zip(tape.gradient(loss, g.trainable_variables), g.trainable_variables))
-
-for i in range(2):
-    step(tf.ones((8, 4)) * i)
-"""
-
-
-def test_two_optimizers_of_one_class_have_their_own_settings(
-    keras_cli: Any, tmp_path: Path
-) -> None:
+def test_two_optimizers_of_one_class_have_their_own_settings(runs: dict[str, Path]) -> None:
     """``Adam.settings`` and ``Adam#1.settings``, numbered in the order of their first
-    update: a learning rate that differs names the optimizer it belongs to."""
-    script = tmp_path / "two.py"
-    script.write_text(TWO_OPTIMIZERS)
-    runs = [keras_cli.record(tmp_path / lr, (lr,), script=script) for lr in ("0.01", "0.02")]
-    file = Run.open(runs[0]).processes[0].load()
+    update: a learning rate that differs names the optimizer it belongs to
+    (keras_two_optimizers.py)."""
+    pair = [runs[f"two_optimizers_{lr}"] for lr in ("0.01", "0.02")]
+    file = Run.open(pair[0]).processes[0].load()
     records = file.records
     rows = records[(records["kind"] == Kind.HYPERPARAM) & (records["phase"] == Phase.OPTIMIZER)]
     assert [file.strings[i] for i in rows["name"]] == ["Adam.settings", "Adam#1.settings"] * 2
     # (keras.utils.set_random_seed seeds TF's global seed: named as the call the program made)
     assert {"call": "keras.utils.set_random_seed", "seed": "0"} in file.meta["seeds"]
-    code, report = keras_cli.compare(*runs)
+    code, report = compare_json(*pair)
     assert (code, report["first_divergence"]["location"]) == (1, "Adam#1.settings")
 
 
 def test_a_layer_built_with_other_arguments_is_named_with_both_values(
-    keras_cli: Any, runs: Path
+    runs: dict[str, Path],
 ) -> None:
     """Keras' own layers have their configuration recorded when they first return."""
-    first = first_difference(keras_cli, runs / "fit", runs / "fit_bn_momentum")
+    first = first_difference(runs["fit"], runs["fit_bn_momentum"])
     assert place(first) == (0, "init", "hyperparam", "functional.batch_normalization")
     expected = "in the settings of layer `functional.batch_normalization`: momentum 0.99 in run A"
     assert expected in first["origin_text"]

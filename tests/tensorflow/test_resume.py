@@ -3,32 +3,43 @@ first update, so a run that compiled again with a fresh optimizer is told apart 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_resume.py"
+import pytest
+
+from tests.harness.cli import compare_json
+from tests.harness.recordings import Recorded, Recording, Recordings
+from tests.tensorflow.conftest import keras_run, make_run, make_runs, weights
+
+SCRIPT = "keras_resume.py"
+SAVE = keras_run(SCRIPT, "{dir}/m.keras", "--save", plain=True)  # train 1 epoch, save
 
 
-def test_a_fresh_optimizer_after_load_model_is_named(keras_cli: Any, tmp_path: Path) -> None:
-    saved = str(tmp_path / "m.keras")
-    subprocess.run([sys.executable, str(SCRIPT), saved, "--save"], check=True, capture_output=True)
-    runs = {name: tmp_path / name for name in ("kept", "again", "fresh")}
-    out = {"WEIGHTS_OUT": str(tmp_path / "recorded.npz")}
-    keras_cli.in_parallel(
-        [
-            lambda: keras_cli.record(runs["kept"], (saved,), env=out, script=SCRIPT),
-            lambda: keras_cli.record(runs["again"], (saved,), script=SCRIPT),
-        ]
-    )
-    keras_cli.record(runs["fresh"], (saved,), env={"RECOMPILE": "1"}, script=SCRIPT)
-    plain = {"WEIGHTS_OUT": str(tmp_path / "plain.npz")}
-    subprocess.run([sys.executable, str(SCRIPT), saved], env=keras_cli.child_env(plain), check=True)
-    assert keras_cli.weights(tmp_path / "recorded.npz") == keras_cli.weights(tmp_path / "plain.npz")
-    code, report = keras_cli.compare(runs["kept"], runs["again"])
+def resumed(saved: Path) -> dict[str, Recording]:
+    """The runs that resume from the model ``saved``: one saving its weights (WEIGHTS_OUT),
+    another process of it, one compiled again (RECOMPILE=1), and one unrecorded."""
+    model = str(saved)  # (in the folder of SAVE's recording: one path for every session)
+    return {
+        "kept": keras_run(SCRIPT, model, outputs={"WEIGHTS_OUT": "recorded.npz"}),
+        "again": keras_run(SCRIPT, model),
+        "fresh": keras_run(SCRIPT, model, env={"RECOMPILE": "1"}),
+        "plain": keras_run(SCRIPT, model, outputs={"WEIGHTS_OUT": "plain.npz"}, plain=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def made(recordings: Recordings) -> dict[str, Recorded]:
+    saved = make_run(recordings, SAVE).dir / "m.keras"
+    return make_runs(recordings, resumed(saved))
+
+
+def test_a_fresh_optimizer_after_load_model_is_named(made: dict[str, Recorded]) -> None:
+    recorded, plain = made["kept"].dir / "recorded.npz", made["plain"].dir / "plain.npz"
+    assert weights(recorded) == weights(plain)
+    runs = {name: one.run for name, one in made.items()}
+    code, report = compare_json(runs["kept"], runs["again"])
     assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
-    code, report = keras_cli.compare(runs["kept"], runs["fresh"])
+    code, report = compare_json(runs["kept"], runs["fresh"])
     first = report["first_divergence"]
     assert code == 1 and (first["step"], first["phase"], first["kind"]) == (
         0, "init", "optim_state",

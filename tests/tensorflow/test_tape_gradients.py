@@ -6,11 +6,24 @@ tf.function). Real Keras through the CLI."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_tapes.py"
+from tests.harness.cli import compare_json
+from tests.harness.recordings import Recording, Recordings
+from tests.tensorflow.conftest import keras_run, make_runs
+
+SCRIPT = "keras_tapes.py"
+PATTERNS = ("persistent", "split")
+RUNS: dict[str, Recording] = {
+    **{pattern: keras_run(SCRIPT, pattern) for pattern in PATTERNS},
+    **{f"{pattern}_scaled": keras_run(SCRIPT, pattern, "--scale", "2") for pattern in PATTERNS},
+}
+
+
+@pytest.fixture(scope="module")
+def runs(recordings: Recordings) -> dict[str, Path]:
+    return {name: one.run for name, one in make_runs(recordings, RUNS).items()}
 
 
 @pytest.mark.parametrize(
@@ -21,10 +34,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_tapes.
     ],
 )
 def test_an_unpaired_tape_gradient_leaves_the_origin_open(
-    keras_cli: Any, tmp_path: Path, pattern: str, says: str
+    runs: dict[str, Path], pattern: str, says: str
 ) -> None:
-    args = ((pattern,), (pattern, "--scale", "2"))
-    code, report = keras_cli.compare_pair(tmp_path, SCRIPT, args)
+    code, report = compare_json(runs[pattern], runs[f"{pattern}_scaled"])
     first = report["first_divergence"]
     assert code == 1
     assert (first["step"], first["phase"], first["kind"]) == (0, "optimizer", "param_grad")

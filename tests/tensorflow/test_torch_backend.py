@@ -3,37 +3,48 @@ torch modules but not its batches or optimizer: ``record`` and ``compare`` say s
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import pytest
 
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind
 from divergence.wording import KERAS_ON_TORCH
+from tests.harness.cli import compare_json
+from tests.harness.recordings import Recorded, Recording, Recordings
+from tests.tensorflow.conftest import keras_run, make_runs
 
-SCRIPT = Path(__file__).resolve().parents[1] / "example_scripts" / "keras_torch_backend.py"
+SCRIPT = "keras_torch_backend.py"
+SUBCLASSED = {"SUBCLASSED": "1"}
+RUNS: dict[str, Recording] = {
+    "sequential": keras_run(SCRIPT),
+    "sequential_seed_2": keras_run(SCRIPT, env={"SEED": "2"}),
+    "subclassed": keras_run(SCRIPT, env=SUBCLASSED),
+    "subclassed_b": keras_run(SCRIPT, env=SUBCLASSED, copy="b"),  # another process
+    "subclassed_seed_2": keras_run(SCRIPT, env={**SUBCLASSED, "SEED": "2"}),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(recordings: Recordings) -> dict[str, Recorded]:
+    return make_runs(recordings, RUNS)
 
 
 def test_keras_on_the_torch_backend_is_recorded_with_a_warning(
-    keras_cli: Any, tmp_path: Path
+    runs: dict[str, Recorded],
 ) -> None:
-    code, report = keras_cli.compare_pair(tmp_path, SCRIPT, envs=({}, {"SEED": "2"}))
+    code, report = compare_json(runs["sequential"].run, runs["sequential_seed_2"].run)
     assert code == 1 and report["first_divergence"]["phase"] == "init"
     assert report["notes"][0] == f"runs A and B: {KERAS_ON_TORCH}"
-    command = ["diverge", "record", "-o", str(tmp_path / "c"), "--", "python", str(SCRIPT)]
-    result = keras_cli.run(command)
+    result = runs["sequential"]  # diverge record -- python keras_torch_backend.py
     assert result.returncode == 0 and f"diverge: {KERAS_ON_TORCH}" in result.stderr
 
 
-def test_a_subclassed_model_on_the_torch_backend_is_recorded(
-    keras_cli: Any, tmp_path: Path
-) -> None:
+def test_a_subclassed_model_on_the_torch_backend_is_recorded(runs: dict[str, Recorded]) -> None:
     """Its layers make their parameter dict when first asked for their parameters (once this
     stopped the recording at the first call: KeyError '_torch_params')."""
-    env = {"SUBCLASSED": "1"}
-    code, report = keras_cli.compare_pair(tmp_path / "same", SCRIPT, envs=(env, env))
-    assert code == 0, report["first_divergence"]  # (record asserts "recording stopped" unsaid)
-    seeded = {**env, "SEED": "2"}
-    code, report = keras_cli.compare_pair(tmp_path / "seeds", SCRIPT, envs=(env, seeded))
+    same = runs["subclassed"].run, runs["subclassed_b"].run
+    code, report = compare_json(*same)
+    assert code == 0, report["first_divergence"]  # (make_runs: "recording stopped" unsaid)
+    code, report = compare_json(runs["subclassed"].run, runs["subclassed_seed_2"].run)
     assert code == 1 and report["first_divergence"]["step"] == 0
-    run = RunFile.open(next((tmp_path / "same" / "a").glob("*.h5")))
+    run = RunFile.open(next(same[0].glob("*.h5")))
     assert (run.records["kind"] == Kind.PARAM).sum() >= 4  # both layers' weights, initial too
