@@ -24,7 +24,7 @@ from tests.harness.recordings import (
 SAMPLES = ROOT / "sample_runs"
 # folders whose every test starts a process (a recording, torchrun, a TF fit)
 SLOW_FOLDERS = ("e2e", "tensorflow", "distributed", "gpu")
-SLOW_FIXTURES = frozenset({"record", "recordings", "keras_cli"})
+SLOW_FIXTURES = frozenset({"record", "recordings"})
 
 __all__ = [
     "ROOT",
