@@ -508,7 +508,7 @@ def test_on_step_start_runs_once_per_recorded_step(tmp_path: Path) -> None:
 def test_on_step_start_runs_once_for_a_buffered_auto_block(tmp_path: Path) -> None:
     # Design: before the first optimizer step, root forwards may be gradient accumulation, so
     # step-start records (generator states) are taken once; a process that never steps an
-    # optimizer has them only for its first step (documented in the README's limits).
+    # optimizer has them only for its first step (documented in docs/limits.md).
     s = make(tmp_path)
     started: list[int] = []
     s.on_step_start.append(lambda session: started.append(session.step))
