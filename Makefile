@@ -49,14 +49,16 @@ test: $(STAMP) $(TRITON_STAMP)
 test-fast: $(STAMP) $(TRITON_STAMP)
 	$(VENV)/bin/pytest -q -m "not slow" --in-process-only -n $(WORKERS) --durations=10
 
-# Line coverage of divergence/, the processes the tests start included.
+# Line coverage of divergence/, the processes the tests start included; recordings are made
+# afresh (a cached one runs no code).
 coverage: $(STAMP) $(TRITON_STAMP)
 	rm -rf .cache/coverage && mkdir -p .cache/coverage
-	$(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL) || true
-	$(VENV)/bin/coverage combine -q
-	$(VENV)/bin/coverage report --format=total > .cache/coverage/total
-	$(VENV)/bin/coverage report --skip-covered --sort=cover | tail -n 25
-	@echo "line coverage of divergence/: $$(cat .cache/coverage/total)%"
+	@export COVERAGE_FILE=$(CURDIR)/.cache/coverage/data DIVERGE_TEST_CACHE=$(CURDIR)/.cache/coverage/runs; \
+	$(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL); status=$$?; \
+	$(VENV)/bin/coverage combine -q && \
+	$(VENV)/bin/coverage report --sort=cover | tail -n 25 && \
+	echo "line coverage of divergence/: $$($(VENV)/bin/coverage report --format=total)%"; \
+	exit $$status
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash sample_runs/demo.sh
