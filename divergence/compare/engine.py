@@ -10,11 +10,11 @@ difference is a *structure* divergence; a run that ends first is a *length* dive
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from divergence.compare.align import scan, string_mapping
 from divergence.compare.explain import (
     WRITE_PHASES,
     explain_modes,
@@ -24,24 +24,22 @@ from divergence.compare.explain import (
 )
 from divergence.compare.model import Divergence, Probe, ProcessComparison, Propagation
 from divergence.compare.pairing import Pairing, pair_by_identity
+from divergence.compare.records import occurrence, probe_at, replay_call
 from divergence.errors import IncomparableRunsError
 from divergence.fingerprint import Algorithm
-from divergence.store.reader import RunFile, step_bounds
+from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
 from divergence.store.schema import (
     BARE_TENSOR,
     DDP_BUCKET,
     EDITED_IN_TRACE,
     EVAL_NOTES,
-    KIND_VALUES,
-    PHASE_VALUES,
     SAMPLE_WEIGHT,
     WRITTEN_AT_EXIT,
     Kind,
     Phase,
     Status,
     note_parts,
-    parse_shape,
 )
 from divergence.wording import KERAS_ON_TORCH, WRITES_AFTER_TRAINING, describe_status
 
@@ -150,61 +148,7 @@ def _script(meta: dict[str, object]) -> str:
     return Path(str(argv[0])).name
 
 
-BLOCK_ROWS = 1 << 16  # compared a block at a time: the block's fields stay in cache
 MAX_REGION_INPUTS = 256  # input records a compiled region's entry is looked for behind
-
-
-@dataclass
-class Scan:
-    """Where two aligned record sequences stop having the same structure, and which rows before
-    that differ in value."""
-
-    structure_end: int
-    value_differs: np.ndarray  # bool, one per row before structure_end
-    mixed_algorithm: int | None  # first row fingerprinted with different algorithms
-
-
-def scan(ra: np.ndarray, rb: np.ndarray, mapping: np.ndarray) -> Scan:
-    """Compare records row by row; ``mapping`` translates ``rb``'s string ids into ``ra``'s."""
-    n = min(ra.size, rb.size)
-    differs = np.zeros(n, dtype=bool)
-    mixed: int | None = None
-    # Runs of one program intern their strings in the same order: then a block whose bytes are
-    # equal matches in every field, and one memory comparison settles it.
-    same_ids = np.array_equal(mapping, np.arange(mapping.size))
-    for start in range(0, n, BLOCK_ROWS):
-        a, b = ra[start : min(n, start + BLOCK_ROWS)], rb[start : min(n, start + BLOCK_ROWS)]
-        if same_ids and _same_bytes(a, b):
-            continue
-        same = a["name"] == mapping[b["name"]]
-        for field in ("step", "phase", "kind", "slot"):
-            same &= a[field] == b[field]
-        end = a.size if same.all() else int(np.argmin(same))
-        a, b = a[:end], b[:end]
-        differs[start : start + end] = (
-            (a["fp"] != b["fp"])
-            | (a["dtype"] != mapping[b["dtype"]])
-            | (a["shape"] != mapping[b["shape"]])
-        )
-        if mixed is None:
-            both = (a["algo"] != Algorithm.NONE) & (b["algo"] != Algorithm.NONE)
-            rows = np.flatnonzero(both & (a["algo"] != b["algo"]))
-            mixed = start + int(rows[0]) if rows.size else None
-        if end < BLOCK_ROWS and start + end < n:
-            return Scan(start + end, differs[: start + end], mixed)
-    return Scan(n, differs, mixed)
-
-
-def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two equally long record blocks hold the same bytes (compared as uint64 words)."""
-    if not (a.flags.c_contiguous and b.flags.c_contiguous):
-        return False
-    x, y = a.view(np.uint8), b.view(np.uint8)
-    words = x.size // 8 * 8
-    return bool(
-        np.array_equal(x[:words].view(np.uint64), y[:words].view(np.uint64))
-        and np.array_equal(x[words:], y[words:])
-    )
 
 
 def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
@@ -307,17 +251,6 @@ def _initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, n
     return int(rows[0]) if rows.size else first
 
 
-def string_mapping(source: RunFile, target: RunFile) -> np.ndarray:
-    """Translate ``source``'s string ids into ``target``'s table (strings ``target`` lacks get
-    fresh ids past its table, so they never compare equal)."""
-    index = {text: i for i, text in enumerate(target.strings)}
-    extra: dict[str, int] = {}
-    mapping = np.empty(len(source.strings), dtype=np.uint32)
-    for i, text in enumerate(source.strings):
-        mapping[i] = index.get(text, extra.setdefault(text, len(target.strings) + len(extra)))
-    return mapping
-
-
 def _rng_evidence(a: RunFile, rows: np.ndarray, step: int) -> list[str]:
     """'torch.cpu from step 0': generators whose state differed at or before ``step``. (A state
     that stays the same from step to step does not prove a generator unused: draws before the
@@ -392,25 +325,6 @@ def _refuse_mixed_algorithms(a: RunFile, b: RunFile, row: int) -> None:
     )
 
 
-def probe_at(file: RunFile, row: int) -> Probe:
-    r = file.records[row]
-    if r["phase"] not in PHASE_VALUES or r["kind"] not in KIND_VALUES or r["step"] < 0:
-        raise file.damaged(row)
-    return Probe(
-        row=row,
-        step=int(r["step"]),
-        phase=Phase(r["phase"]).label,
-        kind=Kind(r["kind"]).label,
-        name=file.strings[r["name"]],
-        slot=int(r["slot"]),
-        dtype=file.strings[r["dtype"]],
-        shape=parse_shape(file.strings[r["shape"]], file.path),
-        fingerprint=int(r["fp"]),
-        skipped=file.strings[r["note"]] if r["status"] else "",
-        note=file.strings[r["note"]] if not r["status"] else "",
-    )
-
-
 def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
     divergence = Divergence("value", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
@@ -422,30 +336,6 @@ def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     explain_modes(divergence, a, b, row)
     divergence.numeric = _numeric(a, b, row, pa)
     return divergence
-
-
-def replay_call(run: RunFile, row: int) -> int | None:
-    """Which call of its op the op output ``row`` belongs to, as ``diverge replay --call``
-    counts them: the calls of the name in the step (every phase), from 0, each opened by its
-    input 0; None when no input of it was recorded."""
-    records = run.records
-    block = records[step_bounds(records, row)[0] : row]
-    opened = (block["name"] == records["name"][row]) & (block["kind"] == Kind.OP_INPUT)
-    calls = int(np.count_nonzero(opened & (block["slot"] == 0)))
-    return calls - 1 if calls else None
-
-
-def occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
-    """(k, n) when ``row``'s step holds n > 1 records of its probe (name, kind, slot, phase)
-    and it is the k-th; None for a probe recorded once in the step."""
-    records = run.records
-    lo, hi = step_bounds(records, row)
-    block, r = records[lo:hi], records[row]
-    same = block["name"] == r["name"]
-    for field in ("kind", "slot", "phase"):  # (a parameter's init and update are two probes)
-        same &= block[field] == r[field]
-    count = int(np.count_nonzero(same))
-    return (int(np.count_nonzero(same[: row - lo + 1])), count) if count > 1 else None
 
 
 def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:
