@@ -10,8 +10,6 @@ difference is a *structure* divergence; a run that ends first is a *length* dive
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from divergence.compare.align import scan, string_mapping
@@ -25,8 +23,8 @@ from divergence.compare.explain import (
 from divergence.compare.model import Divergence, Probe, ProcessComparison, Propagation
 from divergence.compare.pairing import Pairing, pair_by_identity
 from divergence.compare.records import occurrence, probe_at, replay_call
+from divergence.compare.refusals import refuse_mixed_algorithms
 from divergence.errors import IncomparableRunsError
-from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
 from divergence.store.schema import (
@@ -64,90 +62,6 @@ def _natural(key: str) -> tuple[str, int]:
     return (key.rstrip("0123456789"), int(digits) if digits else 0)
 
 
-def refuse_different_programs(a: RunFile, b: RunFile, other_scripts: bool = False) -> None:
-    script_a, script_b = _script(a.meta), _script(b.meta)
-    if script_a != script_b and not other_scripts:
-        raise IncomparableRunsError(
-            f"{a.path} recorded '{script_a}' but {b.path} recorded '{script_b}'",
-            hint="compare two runs of the same script, or pass --other-scripts (a renamed or "
-            "fixed copy)",
-        )
-    if a.meta.get("framework") != b.meta.get("framework"):
-        raise IncomparableRunsError(
-            f"{a.path} is a {a.meta.get('framework')} run, "
-            f"{b.path} a {b.meta.get('framework')} run",
-            hint="compare runs of the same framework",
-        )
-    options = recording_differences(a.meta, b.meta)
-    if options:
-        raise IncomparableRunsError(
-            f"{a.path} and {b.path} were recorded with different options ({options}): they "
-            "hold different records",
-            hint="record both runs with the same --include, --exclude and --granularity (the "
-            "--dump and --steps options may differ)",
-        )
-
-
-# (--steps is not among them: runs whose windows start at other steps are compared over the
-# steps both hold, see windows.py)
-SELECTING_OPTIONS = ("include", "exclude", "granularity")
-
-
-def recording_differences(meta_a: dict[str, object], meta_b: dict[str, object]) -> str:
-    """The recorder options that select records and differ between two runs, as text.
-
-    >>> a = {"record_config": {"granularity": "module", "include": [], "dump": False}}
-    >>> b = {"record_config": {"granularity": "op", "include": [], "dump": True}}
-    >>> recording_differences(a, b)
-    '--granularity module vs op'
-    """
-    config_a, config_b = meta_a.get("record_config"), meta_b.get("record_config")
-    if not isinstance(config_a, dict) or not isinstance(config_b, dict):
-        return ""  # (a damaged metadata: the record comparison shows the rest)
-    differing = []
-    for option in SELECTING_OPTIONS:
-        value_a, value_b = config_a.get(option), config_b.get(option)
-        if _selects(value_a) != _selects(value_b):
-            differing.append(f"--{option} {_option_text(value_a)} vs {_option_text(value_b)}")
-    return "; ".join(differing)
-
-
-def _selects(value: object) -> object:
-    """What an option's value selects, for comparing two runs': globs as a set (their order
-    selects nothing).
-
-    >>> _selects(["b*", "a*"]) == _selects(["a*", "b*"])
-    True
-    """
-    return frozenset(map(str, value)) if isinstance(value, list) else value
-
-
-def _option_text(value: object) -> str:
-    """An option's recorded value as the command line gives it (globs space-separated)."""
-    if isinstance(value, list):
-        return " ".join(map(str, value)) if value else "(none)"
-    return str(value)
-
-
-def script_difference(a: RunFile, b: RunFile) -> str:
-    """A note when the runs are of scripts with other names (compared with --other-scripts),
-    else ""."""
-    script_a, script_b = _script(a.meta), _script(b.meta)
-    if script_a == script_b:
-        return ""
-    return (
-        f"the runs are of different scripts ('{script_a}' and '{script_b}', compared with "
-        "--other-scripts): a difference in their code is a cause the records cannot name"
-    )
-
-
-def _script(meta: dict[str, object]) -> str:
-    argv = meta.get("argv") or [""]
-    if not isinstance(argv, list) or not argv:  # (damaged metadata: no script to name)
-        return ""
-    return Path(str(argv[0])).name
-
-
 MAX_REGION_INPUTS = 256  # input records a compiled region's entry is looked for behind
 
 
@@ -157,7 +71,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     result = scan(a.records, b.records, mapping)
     structure_end = result.structure_end
     if result.mixed_algorithm is not None:
-        _refuse_mixed_algorithms(a, b, result.mixed_algorithm)
+        refuse_mixed_algorithms(a, b, result.mixed_algorithm)
     # RNG states are evidence, not divergences: an unseeded generator that is never drawn from
     # differs from the first step on and changes no tensor.
     rng_rows = a.kinds[:structure_end] == Kind.RNG_STATE
@@ -314,15 +228,6 @@ def _draws(run: RunFile, step: int) -> dict[str, bool | None]:
             seen_after = name in unchanged or (mine & (steps == step + 1)).any()
             draws[name] = False if seen_after else None
     return draws
-
-
-def _refuse_mixed_algorithms(a: RunFile, b: RunFile, row: int) -> None:
-    algo_a, algo_b = Algorithm(a.records["algo"][row]), Algorithm(b.records["algo"][row])
-    raise IncomparableRunsError(
-        f"{a.path} and {b.path} fingerprinted '{a.strings[a.records['name'][row]]}' with "
-        f"different algorithms ({algo_a.name} vs {algo_b.name})",
-        hint="record both runs on the same kind of device",
-    )
 
 
 def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
@@ -853,6 +758,7 @@ def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
 def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
     """What a report says beside its verdict about each pair of processes.
 
+    >>> from pathlib import Path
     >>> p = ProcessComparison("rank1", Path("a"), Path("b"), 9, 1, 1, True, True, None, None)
     >>> p.rng_differences = ["torch.cpu"]
     >>> print(completeness_notes([p])[0])  # doctest: +NORMALIZE_WHITESPACE

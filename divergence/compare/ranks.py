@@ -33,12 +33,16 @@ from divergence.compare.engine import (
     completeness_notes,
     failure_notes,
     pair_processes,
-    refuse_different_programs,
-    script_difference,
 )
 from divergence.compare.environment import environment_differences
 from divergence.compare.explain import caveat_unseen_state, classify, run_facts
 from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
+from divergence.compare.refusals import (
+    refuse_different_programs,
+    refuse_only_damaged,
+    refuse_partly_recorded,
+    script_difference,
+)
 from divergence.compare.resume import (
     aligned,
     causal_differences,
@@ -49,7 +53,6 @@ from divergence.compare.windows import common_window
 from divergence.errors import (
     CorruptRunError,
     IncomparableRunsError,
-    IncompleteRecordingError,
     UsageError,
 )
 from divergence.store.reader import RunFile, read_meta
@@ -121,34 +124,6 @@ def _same_files(run_a: Run, run_b: Run) -> bool:
     its own file)."""
     files = [{p.path.resolve() for p in run.processes} for run in (run_a, run_b)]
     return files[0] == files[1]
-
-
-def refuse_only_damaged(comparison: Comparison) -> None:
-    """Runs whose readable ranks all matched while a rank's file is damaged get no verdict
-    (exit 2, as any damaged file): "diverged" would blame the runs for the file. Where a
-    readable rank diverged, that is the report, and the damage a note."""
-    firsts = [p.first for p in comparison.processes if p.first is not None]
-    if firsts and all(d.unreadable for d in firsts):
-        raise CorruptRunError(
-            f"{firsts[0].origin_text} (every readable rank matched)",
-            hint="re-record the run, or compare the readable ranks alone with --ranks",
-        )
-
-
-def refuse_partly_recorded(comparison: Comparison) -> None:
-    """Runs that match only because a recording stopped early (the training went on, its
-    steps unrecorded) get no verdict: "identical" and exit 0 would claim the unseen steps."""
-    stopped = [p for p in comparison.processes if p.recording_stopped]
-    if stopped:
-        steps = min(min(p.steps_a, p.steps_b) for p in stopped)
-        reasons = "; ".join(line for p in stopped for line in p.recording_stopped)
-        raise IncompleteRecordingError(
-            f"{comparison.run_a} and {comparison.run_b} match over the "
-            f"{counted(steps, 'step')} recorded, but recording stopped early in {reasons}: "
-            "the rest of the training was not recorded",
-            hint="a bug in diverge's recorder (please report it); --exclude the probe it "
-            "names, or --steps past it, records around it",
-        )
 
 
 def _without_script(meta: dict[str, Any]) -> dict[str, Any]:
