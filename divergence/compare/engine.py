@@ -24,6 +24,7 @@ from divergence.compare.model import Divergence, Probe, ProcessComparison, Propa
 from divergence.compare.pairing import Pairing, pair_by_identity
 from divergence.compare.records import occurrence, probe_at, replay_call
 from divergence.compare.refusals import refuse_mixed_algorithms
+from divergence.compare.rng_evidence import add_rng_evidence
 from divergence.errors import IncomparableRunsError
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
@@ -39,7 +40,7 @@ from divergence.store.schema import (
     Status,
     note_parts,
 )
-from divergence.wording import KERAS_ON_TORCH, WRITES_AFTER_TRAINING, describe_status
+from divergence.wording import WRITES_AFTER_TRAINING
 
 
 def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]:
@@ -93,14 +94,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     first: Divergence | None = None
     if first_value is not None:
         first = _value_divergence(key, a, b, first_value)
-        evidence = _rng_evidence(a, np.flatnonzero(rng_differs), first.step)
-        undrawn = (
-            set()
-            if _made_before_recording(first, a)
-            else _never_drawn(_draws(a, first.step), _draws(b, first.step))
-        )
-        first.rng_evidence = [e for e in evidence if e.split(" ")[0] not in undrawn]
-        first.rng_undrawn = [e.split(" ")[0] for e in evidence if e.split(" ")[0] in undrawn]
+        add_rng_evidence(first, a, b, np.flatnonzero(rng_differs))
     elif structure_end < n and (ended := _ended_inside_step(key, a, b, structure_end)):
         first = ended
     elif structure_end < n:
@@ -163,71 +157,6 @@ def _initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, n
     rows = first + np.flatnonzero(moved)
     rows = rows[records["step"][rows] == step]
     return int(rows[0]) if rows.size else first
-
-
-def _rng_evidence(a: RunFile, rows: np.ndarray, step: int) -> list[str]:
-    """'torch.cpu from step 0': generators whose state differed at or before ``step``. (A state
-    that stays the same from step to step does not prove a generator unused: draws before the
-    first step, inside ``fork_rng`` or between ``set_rng_state`` calls leave it so.)"""
-    seen: dict[str, int] = {}
-    for row in rows:
-        if int(a.records["step"][row]) > step:
-            break
-        seen.setdefault(a.strings[a.records["name"][row]], int(a.records["step"][row]))
-    return [f"{name} from step {first}" for name, first in seen.items()]
-
-
-def _never_drawn(draws_a: dict[str, bool | None], draws_b: dict[str, bool | None]) -> set[str]:
-    """Generators neither run drew from, proven in at least one of them (see :func:`_draws`):
-    the runs executed the same code up to the divergence, so a run that ended before the next
-    step (a skipped or crashed update) does not hide a draw the other run would show.
-
-    >>> sorted(_never_drawn({"numpy": False, "python": None}, {"numpy": None, "python": None}))
-    ['numpy']
-    >>> _never_drawn({"numpy": False}, {"numpy": True})
-    set()
-    """
-    names = draws_a.keys() | draws_b.keys()
-    return {
-        name
-        for name in names
-        if True not in (draws_a.get(name), draws_b.get(name))
-        and False in (draws_a.get(name), draws_b.get(name))
-    }
-
-
-def _made_before_recording(d: Divergence, run: RunFile) -> bool:
-    """Whether ``d`` is a value made before a ``divergence.Recorder`` started (an initial
-    weight), whose generator states were noted at that start: draws made before then may
-    have made it, so every differing state stays evidence."""
-    return d.phase == Phase.INIT.label and run.meta.get("rng_at_start_taken") == "recorder"
-
-
-def _draws(run: RunFile, step: int) -> dict[str, bool | None]:
-    """Whether ``run`` drew from each host generator (python's, numpy's) up to the end of
-    ``step``: True when a state recorded up to the start of step ``step + 1`` differs from the
-    one the process started with (``meta.rng_at_start``, known when ``diverge record`` started
-    it); False when they all equal it and one was recorded at ``step + 1``, or the state at the
-    recorder's exit (``meta.rng_at_end``) equals it too (the last step); else None (a draw
-    late in ``step`` cannot be ruled out)."""
-    at_start, at_end = run.meta.get("rng_at_start"), run.meta.get("rng_at_end") or {}
-    if not isinstance(at_start, dict) or not isinstance(at_end, dict):
-        return {}
-    unchanged = {k for k, v in at_end.items() if at_start.get(k) == v}
-    records = run.records
-    rows = np.flatnonzero(records["kind"] == Kind.RNG_STATE)
-    names = np.array([run.strings[i] for i in records["name"][rows]], dtype=object)
-    steps, prints = records["step"][rows], records["fp"][rows]
-    draws: dict[str, bool | None] = {}
-    for name, text in at_start.items():
-        mine = names == name
-        upto = mine & (steps <= step + 1)
-        if not (prints[upto] == np.uint64(int(str(text), 16))).all():
-            draws[name] = True
-        else:
-            seen_after = name in unchanged or (mine & (steps == step + 1)).any()
-            draws[name] = False if seen_after else None
-    return draws
 
 
 def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
@@ -723,73 +652,3 @@ def _final_prints(
     return step, {
         strings[r["name"]]: (int(r["fp"]), strings[r["dtype"]], strings[r["shape"]]) for r in last
     }
-
-
-def failure_notes(files: list[tuple[RunFile, RunFile]]) -> list[str]:
-    """A run whose recording stopped early, or whose training failed, matches only as far as
-    it was recorded: say so. (Also what a run recorded on Keras' torch backend cannot show.)"""
-    notes = []
-    keras_on_torch = [
-        which
-        for which, file in zip("AB", files[0] if files else (), strict=False)
-        if file.meta.get("keras_backend") == "torch"
-    ]
-    if keras_on_torch:
-        runs = "runs A and B" if len(keras_on_torch) == 2 else f"run {keras_on_torch[0]}"
-        notes.append(f"{runs}: {KERAS_ON_TORCH}")
-    for file_a, file_b in files:
-        for which, file in (("A", file_a), ("B", file_b)):
-            failure = (file.end or {}).get("failure")
-            if failure:
-                notes.append(
-                    f"run {which} ({file.path.name}): recording stopped early "
-                    f"({failure}); only what was recorded is compared"
-                )
-    for index, which in enumerate("AB"):  # the command's status, stored in each of its files
-        statuses = {s for pair in files if (s := pair[index].exit_status) is not None} - {0}
-        if statuses:
-            notes.append(
-                f"run {which}: the command ended: {describe_status(min(statuses))}; only what "
-                "it recorded is compared"
-            )
-    return notes
-
-
-def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
-    """What a report says beside its verdict about each pair of processes.
-
-    >>> from pathlib import Path
-    >>> p = ProcessComparison("rank1", Path("a"), Path("b"), 9, 1, 1, True, True, None, None)
-    >>> p.rng_differences = ["torch.cpu"]
-    >>> print(completeness_notes([p])[0])  # doctest: +NORMALIZE_WHITESPACE
-    rank1: generator states differ (torch.cpu) but no recorded tensor does: the draws of a
-    generator seeded otherwise (or unseeded) never reached them: not drawn from, or its
-    values overwritten (a broadcast of rank 0's weights, a checkpoint loaded)
-    """
-    notes = []
-    for p in processes:
-        if p.first is None and p.settings_differences:
-            notes.append(
-                f"{p.process}: settings differ ({', '.join(p.settings_differences)}) but no "
-                "recorded tensor does: they changed no bits (diverge show --against lists "
-                "their values)"
-            )
-        if p.first is None and p.rng_differences:
-            notes.append(
-                f"{p.process}: generator states differ ({', '.join(p.rng_differences)}) "
-                "but no recorded tensor does: the draws of a generator seeded otherwise (or "
-                "unseeded) never reached them: not drawn from, or its values overwritten (a "
-                "broadcast of rank 0's weights, a checkpoint loaded)"
-            )
-        if p.first is not None and p.first.unreadable:
-            continue  # (its own note says why: not a killed process)
-        for which, complete, steps in (
-            ("A", p.complete_a, p.steps_a),
-            ("B", p.complete_b, p.steps_b),
-        ):
-            if not complete:
-                notes.append(
-                    f"run {which} {p.process} is incomplete (killed or crashed): "
-                    f"compared its first {steps} complete steps"
-                )
-    return notes

@@ -30,13 +30,12 @@ from typing import Any
 
 from divergence.compare.engine import (
     compare_files,
-    completeness_notes,
-    failure_notes,
     pair_processes,
 )
 from divergence.compare.environment import environment_differences
 from divergence.compare.explain import caveat_unseen_state, classify, run_facts
 from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
+from divergence.compare.notes import completeness_notes, failure_notes
 from divergence.compare.refusals import (
     refuse_different_programs,
     refuse_only_damaged,

@@ -7,13 +7,7 @@ import numpy as np
 
 from divergence.compare.model import Probe
 from divergence.store.reader import RunFile, step_bounds
-from divergence.store.schema import (
-    KIND_VALUES,
-    PHASE_VALUES,
-    Kind,
-    Phase,
-    parse_shape,
-)
+from divergence.store.schema import KIND_VALUES, PHASE_VALUES, Kind, Phase, parse_shape
 
 
 def probe_at(file: RunFile, row: int) -> Probe:
