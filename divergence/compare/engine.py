@@ -1,9 +1,9 @@
-"""Align two runs process by process and find the first difference in execution order.
+"""Find the first difference between two files of one process, and how far it spread.
 
-Per process: records are compared row by row in execution order (vectorised). The structure of a
-row is (step, phase, kind, name, slot); its value is (fingerprint, dtype, shape). The first row
-whose value differs before any structural difference is a *value* divergence; the first structural
-difference is a *structure* divergence; a run that ends first is a *length* divergence.
+The files are lined up row by row (``align``). The first row whose value differs before any
+structural difference is a *value* divergence (``values``); the first structural difference is a
+*structure* divergence (``structure``); a run that ends first is a *length* divergence
+(``length``).
 
 >>> # compare_files("rank0", RunFile.open(a), RunFile.open(b)).first  -> Divergence or None
 """
@@ -13,27 +13,17 @@ from __future__ import annotations
 import numpy as np
 
 from divergence.compare.align import scan, string_mapping
-from divergence.compare.explain import (
-    explain_modes,
-    explain_origin,
-    loader_facts,
-)
 from divergence.compare.length import ended_inside_step, length_divergence
-from divergence.compare.model import Divergence, Probe, ProcessComparison, Propagation
+from divergence.compare.model import Divergence, ProcessComparison, Propagation
 from divergence.compare.pairing import Pairing, pair_by_identity
-from divergence.compare.records import occurrence, probe_at, replay_call
 from divergence.compare.refusals import refuse_mixed_algorithms
 from divergence.compare.rng_evidence import add_rng_evidence
 from divergence.compare.structure import structure_divergence, written_at_exit
+from divergence.compare.values import initial_value_first, value_divergence
 from divergence.errors import IncomparableRunsError
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
-from divergence.store.schema import (
-    BARE_TENSOR,
-    Kind,
-    Phase,
-    Status,
-)
+from divergence.store.schema import BARE_TENSOR, Kind, Phase, Status
 
 
 def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]:
@@ -80,10 +70,10 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
             value_differs, first_value = np.zeros_like(value_differs), None
     if first_value is not None and BARE_TENSOR in a.strings:
         bare = a.strings.index(BARE_TENSOR)
-        first_value = _initial_value_first(a.records, value_differs, first_value, bare)
+        first_value = initial_value_first(a.records, value_differs, first_value, bare)
     first: Divergence | None = None
     if first_value is not None:
-        first = _value_divergence(key, a, b, first_value)
+        first = value_divergence(key, a, b, first_value)
         add_rng_evidence(first, a, b, np.flatnonzero(rng_differs))
     elif structure_end < n and (ended := ended_inside_step(key, a, b, structure_end)):
         first = ended
@@ -123,52 +113,6 @@ def _differing_names(run: RunFile, rows: np.ndarray) -> list[str]:
     for row in rows[:1000]:
         first.setdefault(run.strings[run.records["name"][row]], int(run.records["step"][row]))
     return [f"{name} (step {step})" for name, step in first.items()]
-
-
-def _initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, note: int) -> int:
-    """The first differing initial value of a tensor no module holds (init records with the
-    string ``note``) in ``first``'s step, else ``first``. Such a tensor is first seen at its
-    optimizer step, after the records its value made differ, but its initial value is an
-    input of the step, not a result. (Not for other init records: a lazy module's can be made
-    from the step's data.)
-
-    >>> from divergence.store.schema import RECORD_DTYPE
-    >>> records = np.zeros(3, RECORD_DTYPE)
-    >>> records["phase"] = [Phase.DATA, Phase.FORWARD, Phase.INIT]
-    >>> records["note"] = [0, 0, 5]
-    >>> _initial_value_first(records, np.array([True, True, True]), 0, note=5)
-    2
-    >>> _initial_value_first(records, np.array([True, True, False]), 0, note=5)
-    0
-    """
-    step, end = records["step"][first], differs.size
-    tail = records[first:end]
-    moved = differs[first:] & (tail["phase"] == Phase.INIT) & (tail["note"] == note)
-    rows = first + np.flatnonzero(moved)
-    rows = rows[records["step"][rows] == step]
-    return int(rows[0]) if rows.size else first
-
-
-def _value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
-    pa, pb = probe_at(a, row), probe_at(b, row)
-    divergence = Divergence("value", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
-    divergence.occurrence = occurrence(a, row)
-    if pa.kind == Kind.OP_OUTPUT.label:
-        divergence.replay_call = replay_call(a, row)
-    explain_origin(divergence, a, row, b)
-    divergence.facts.update(loader_facts(a.meta, b.meta))
-    explain_modes(divergence, a, b, row)
-    divergence.numeric = _numeric(a, b, row, pa)
-    return divergence
-
-
-def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:
-    dumped_a, dumped_b = a.tensor(row), b.tensor(row)
-    if dumped_a is None or dumped_b is None or dumped_a[0].shape != dumped_b[0].shape:
-        return None
-    from divergence.compare.numeric import numeric_diff
-
-    return numeric_diff(dumped_a[0], dumped_b[0], probe.dtype)
 
 
 def _propagation(
