@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from divergence.compare.causes import classify
 from divergence.compare.engine import (
     compare_files,
     pair_processes,
 )
 from divergence.compare.environment import environment_differences
-from divergence.compare.explain import caveat_unseen_state, classify, run_facts
+from divergence.compare.explain import caveat_unseen_state, run_facts
 from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
 from divergence.compare.notes import completeness_notes, failure_notes
 from divergence.compare.refusals import (
