@@ -11,6 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from divergence.compare.model import Divergence
+from divergence.compare.records import (
+    code,
+    describe,
+    has,
+    has_kind,
+    noted,
+    noted_in_either,
+    string_ids,
+)
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile, step_bounds
 from divergence.store.schema import (
@@ -49,7 +58,7 @@ def explain_origin(
     records = run.records
     kind, step = Kind(records["kind"][row]), divergence.step
     same_step = np.arange(step_bounds(records, row)[0], row)
-    previous = _describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
+    previous = describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
     divergence.facts.update(run_facts(run.meta))
     if divergence.facts["framework"] == "torch" and records["algo"][row] == Algorithm.XXH3_64:
         divergence.facts["device"] = "cpu"  # (hashed on the host: a CPU tensor, on a GPU host)
@@ -132,8 +141,8 @@ def _explain_kind(
         divergence.origin, divergence.origin_text = (
             True,
             (
-                f"in the backward between {previous} and {_code(name)}'s output: the gradient "
-                f"flowing into {_code(name)} is computed there from matching inputs"
+                f"in the backward between {previous} and {code(name)}'s output: the gradient "
+                f"flowing into {code(name)} is computed there from matching inputs"
             ),
         )
         grads = [int(i) for i in same_step if run.records["kind"][i] == Kind.GRAD_OUTPUT]
@@ -145,51 +154,51 @@ def _explain_kind(
         _explain_hyperparameter(divergence)
     elif kind == Kind.PARAM_GRAD:
         module = name.rsplit(".", 1)[0] if "." in name else name
-        divergence.origin = _has(run, same_step, Kind.GRAD_OUTPUT, module) or None
-        divergence.origin_text = f"in the backward of {_code(module)} (gradient of {_code(name)})"
+        divergence.origin = has(run, same_step, Kind.GRAD_OUTPUT, module) or None
+        divergence.origin_text = f"in the backward of {code(module)} (gradient of {code(name)})"
         _note_layer(divergence, run, module)
     elif kind == Kind.PARAM and divergence.phase in WRITE_PHASES:
         divergence.origin = True
         if run.meta.get("framework") == "tensorflow":  # (recorded as a later fit() starts)
             divergence.origin_text = (
                 f"in step {step}, as a fit(), evaluate() or predict() started: code after the "
-                f"last fit() wrote {_code(name)} (load_weights(), set_weights(), assign(), or a "
+                f"last fit() wrote {code(name)} (load_weights(), set_weights(), assign(), or a "
                 "callback at the end of that fit); every record before it matched"
             )
             return
         divergence.origin_text = (
-            f"after {_code(name)}'s last record and {written_when(divergence.phase, step)}: "
+            f"after {code(name)}'s last record and {written_when(divergence.phase, step)}: "
             "other code than an optimizer step wrote the parameter, the training code or a "
             "module's own forward (as `Embedding(max_norm=...)` does); every record before it "
             "matched"
         )
-    elif kind == Kind.PARAM and _noted(run, row, WRITTEN_AT_EXIT):
+    elif kind == Kind.PARAM and noted(run, row, WRITTEN_AT_EXIT):
         divergence.origin = True
         divergence.origin_text = (
             f"after the last optimizer step, as the program ended (recorded in step {step}): "
             "its own code wrote "
-            f"{_code(name)} ({WRITES_AFTER_TRAINING}) with other values in the two runs; every "
+            f"{code(name)} ({WRITES_AFTER_TRAINING}) with other values in the two runs; every "
             "record before it matched"
         )
         divergence.facts["write"] = "at_exit"
     elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
         divergence.origin = True
         param = name.split("/")[0]
-        if _has(run, same_step, Kind.PARAM_GRAD, param, Phase.OPTIMIZER, EDITED_IN_TRACE):
-            tape_seen = _has(run, same_step, Kind.PARAM_GRAD, param, Phase.BACKWARD)
+        if has(run, same_step, Kind.PARAM_GRAD, param, Phase.OPTIMIZER, EDITED_IN_TRACE):
+            tape_seen = has(run, same_step, Kind.PARAM_GRAD, param, Phase.BACKWARD)
             _explain_update_of_unseen_gradient(divergence, param, tape_seen)
             return
         settings = (
             "and hyperparameters matched"
-            if _has_kind(run, same_step, Kind.HYPERPARAM)
+            if has_kind(run, same_step, Kind.HYPERPARAM)
             else "matched (its optimizer's settings were not recorded)"
         )
         divergence.origin_text = (
-            f"in the optimizer update of {_code(name.split('/')[0])}: its gradient, "
+            f"in the optimizer update of {code(name.split('/')[0])}: its gradient, "
             f"previous value {settings}"
         )
     elif kind == Kind.LOSS:
-        divergence.origin = _has_kind(run, same_step, Kind.OUTPUT) or None
+        divergence.origin = has_kind(run, same_step, Kind.OUTPUT) or None
         divergence.origin_text = f"in the loss computation after {previous}"
         hooks = _hooks_after(run, int(same_step[-1]), other) if same_step.size else ""
         if hooks:  # that output was recorded before the model's own forward hooks ran
@@ -205,8 +214,8 @@ def _explain_kind(
         if earlier and name not in LOSS_INPUTS:
             divergence.facts["batch"] = "after_model"
             divergence.origin_text = (
-                f"in the code that made {_code(name)}'s input, or in the data pipeline: "
-                f"{', '.join(map(_code, earlier))} ran before it in this step with matching "
+                f"in the code that made {code(name)}'s input, or in the data pipeline: "
+                f"{', '.join(map(code, earlier))} ran before it in this step with matching "
                 "records, and its output may be what this model reads (a generator's output "
                 "passed to a discriminator, edited, detached or mixed with real data)"
             )
@@ -254,8 +263,8 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> N
         eval_a, eval_b = (_in_eval_mode(run, int(r)) for run in (a, b))
         if eval_a != eval_b:
             which, other = ("A", "B") if eval_a else ("B", "A")
-            model = _code(a.strings[records["name"][r]])
-            keras = _noted(a if eval_a else b, int(r), INFERENCE_CALL)
+            model = code(a.strings[records["name"][r]])
+            keras = noted(a if eval_a else b, int(r), INFERENCE_CALL)
             mode = "called for inference (training=False)" if keras else "in eval mode"
             divergence.facts["modes"] = "differ"
             divergence.origin_text += (
@@ -266,7 +275,7 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> N
 
 
 def _in_eval_mode(run: RunFile, row: int) -> bool:
-    return any(_noted(run, row, note) for note in EVAL_NOTES)
+    return any(noted(run, row, note) for note in EVAL_NOTES)
 
 
 def _explain_update_of_unseen_gradient(divergence: Divergence, param: str, tape_seen: bool) -> None:
@@ -282,13 +291,13 @@ def _explain_update_of_unseen_gradient(divergence: Divergence, param: str, tape_
     if tape_seen:
         divergence.origin_text = (
             f"between tape.gradient() and apply_gradients(), or in the optimizer update of "
-            f"{_code(param)}: the gradient the tape returned matched, and the code after it "
+            f"{code(param)}: the gradient the tape returned matched, and the code after it "
             f"changed it; {unseen}"
         )
     else:
         divergence.origin_text = (
             f"in the backward, between tape.gradient() and apply_gradients(), or in the "
-            f"optimizer update of {_code(param)}: the tape's gradient was not recorded "
+            f"optimizer update of {code(param)}: the tape's gradient was not recorded "
             f"(several tape.gradient() calls gave this variable one, or another "
             f"tf.function's tape did), and {unseen}"
         )
@@ -297,9 +306,9 @@ def _explain_update_of_unseen_gradient(divergence: Divergence, param: str, tape_
 def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
     """The gradient an optimizer step read, recorded because it was not the one the backward
     left (see the recorder's ``before_optimizer_step``)."""
-    name = _code(divergence.location)
+    name = code(divergence.location)
     divergence.origin = True
-    if divergence.facts.get("framework") == "tensorflow" and _has(
+    if divergence.facts.get("framework") == "tensorflow" and has(
         run, same_step, Kind.PARAM_GRAD, divergence.location, Phase.BACKWARD
     ):
         divergence.origin_text = (
@@ -307,7 +316,7 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
             "after the tape returned it (tf.clip_by_global_norm, loss scaling, gradient "
             "noise); the gradient the tape returned matched"
         )
-    elif _has(run, same_step, Kind.PARAM_GRAD, divergence.location):
+    elif has(run, same_step, Kind.PARAM_GRAD, divergence.location):
         divergence.origin_text = (
             f"between the backward and the optimizer step: code that edits gradients after "
             f"backward() (clip_grad_norm_, clip_grad_value_, GradScaler.unscale_, a p.grad "
@@ -328,7 +337,7 @@ def _explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np
             f"{name}'s gradient after the tape returned it (tf.clip_by_global_norm, loss "
             "scaling, gradient noise); the gradient the tape returned was not recorded"
         )
-    elif _has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT, BARE_TENSOR):
+    elif has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT, BARE_TENSOR):
         divergence.origin = None  # (the backward's gradient of it was not seen)
         divergence.origin_text = (
             f"in the backward or after it: {name} is a tensor no module holds, first seen at "
@@ -346,14 +355,14 @@ def _explain_hyperparameter(divergence: Divergence) -> None:
     divergence.origin = True
     if divergence.location.endswith(".compile"):  # (Keras' compile() arguments)
         divergence.origin_text = (
-            f"in the arguments of {_code(divergence.location.removesuffix('.compile'))}'s "
+            f"in the arguments of {code(divergence.location.removesuffix('.compile'))}'s "
             f"compile(): {settings_difference(divergence)}"
         )
         return
     if divergence.phase == Phase.INIT.label:  # (a module's constructor arguments)
         what = "layer" if divergence.facts.get("framework") == "tensorflow" else "module"
         divergence.origin_text = (
-            f"in the settings of {what} {_code(divergence.location)}: "
+            f"in the settings of {what} {code(divergence.location)}: "
             f"{settings_difference(divergence)}; set where the model is built"
         )
         return
@@ -365,7 +374,7 @@ def _explain_hyperparameter(divergence: Divergence) -> None:
         else "set by the training code, its configuration, or a learning-rate scheduler"
     )
     divergence.origin_text = (
-        f"in the settings of {_code(divergence.location)}: {settings_difference(divergence)}; "
+        f"in the settings of {code(divergence.location)}: {settings_difference(divergence)}; "
         f"{setter}"
     )
 
@@ -409,21 +418,21 @@ def _explain_output(
         and run.strings[records["name"][i]].startswith(name + ".")
     ]
     divergence.origin = True
-    divergence.matched_inputs = [_describe(run, i) for i in call_inputs]
-    if _has(run, same_step[same_step > call_start], Kind.COMPILED, name):
+    divergence.matched_inputs = [describe(run, i) for i in call_inputs]
+    if has(run, same_step[same_step > call_start], Kind.COMPILED, name):
         divergence.origin_text = (
-            f"inside the torch.compile region {_code(name)}: its inputs matched; the modules "
+            f"inside the torch.compile region {code(name)}: its inputs matched; the modules "
             "and ops inside a compiled region are not observed, so the op cannot be named"
         )
     elif children:
         divergence.origin_text = (
-            f"in {_code(name)}'s own forward code, after its last child "
-            f"{_describe(run, children[-1])}, which matched"
+            f"in {code(name)}'s own forward code, after its last child "
+            f"{describe(run, children[-1])}, which matched"
         )
     else:
-        divergence.origin_text = f"inside {_code(name)}'s forward: its inputs matched"
-    noted = [i for i in call_inputs if _noted_in_either(run, other, i, BEFORE_PRE_HOOKS)]
-    divergence.origin_text += _hooks_after(run, noted[0], other) if noted else ""
+        divergence.origin_text = f"inside {code(name)}'s forward: its inputs matched"
+    hooked = [i for i in call_inputs if noted_in_either(run, other, i, BEFORE_PRE_HOOKS)]
+    divergence.origin_text += _hooks_after(run, hooked[0], other) if hooked else ""
 
 
 def _last_call(inputs: list[int]) -> list[int]:
@@ -457,10 +466,10 @@ def _explain_input(
     ):
         call_start -= 1
     before = same_step[same_step < call_start]
-    previous = _describe(run, int(before[-1])) if before.size else "the start of the step"
+    previous = describe(run, int(before[-1])) if before.size else "the start of the step"
     caller = _caller(run, name, before)
     where = (
-        f"{_code(caller)}'s own forward code" if caller else "the training code, outside any module"
+        f"{code(caller)}'s own forward code" if caller else "the training code, outside any module"
     )
     call = ""
     if divergence.occurrence is not None:  # (a module called again: which call is which)
@@ -468,9 +477,7 @@ def _explain_input(
         call = f" (call {k})"
         if before.size and records["name"][before[-1]] == records["name"][row] and k > 1:
             previous += f" (call {k - 1})"
-    divergence.origin_text = (
-        f"in {where}, after {previous} and before it called {_code(name)}{call}"
-    )
+    divergence.origin_text = f"in {where}, after {previous} and before it called {code(name)}{call}"
     divergence.origin_text += _hooks_after(run, int(before[-1]), other) if before.size else ""
 
 
@@ -638,7 +645,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
         region = _compiled_region_before(run, row)
         if region is not None:
             divergence.origin_text = (
-                f"in the torch.compile region {_code(region)} before {_code(op)} {where} "
+                f"in the torch.compile region {code(region)} before {code(op)} {where} "
                 f"({divergence.phase}), or in an unobserved op between {previous} and it: the "
                 "ops inside a compiled region are not observed"
             )
@@ -651,7 +658,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
             "outside torch ops"
         )
         divergence.origin_text = (
-            f"at {_code(op)} {where} ({divergence.phase}) or in an unobserved op between "
+            f"at {code(op)} {where} ({divergence.phase}) or in an unobserved op between "
             f"{previous} and it: its input {divergence.slot} differs although every op output "
             f"recorded before it matched ({unseen})"
         )
@@ -660,7 +667,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     if not inputs:
         divergence.origin = True
         divergence.origin_text = (
-            f"{_code(op)} {slot} {where} ({divergence.phase}): the op has no tensor inputs, so "
+            f"{code(op)} {slot} {where} ({divergence.phase}): the op has no tensor inputs, so "
             "its arguments or a generator's state differ"
         )
         return
@@ -673,7 +680,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     unknown = len(skipped) - len(buffers) - len(garbage)
     divergence.origin = True if len(buffers) == len(skipped) else None
     divergence.matched_inputs = [
-        f"{_code(op)} input{'s' if len(inputs) > 1 else ''} {_slots(records, inputs)}"
+        f"{code(op)} input{'s' if len(inputs) > 1 else ''} {_slots(records, inputs)}"
     ]
     notes = [f"{unknown} input(s) were not fingerprinted"] if unknown else []
     if buffers and all(reasons[i] == WRITTEN_BUFFER for i in buffers):
@@ -688,7 +695,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
         notes.append(f"it read uninitialised memory (input {_slots(records, garbage)})")
     detail = f" ({'; '.join(notes)})" if notes else ""
     divergence.origin_text = (
-        f"{_code(op)} {slot} {where} ({divergence.phase}): its inputs matched, its output "
+        f"{code(op)} {slot} {where} ({divergence.phase}): its inputs matched, its output "
         f"did not{detail}"
     )
 
@@ -719,7 +726,7 @@ def _previous_op(run: RunFile, row: int) -> str:
     if not outputs.size:
         return "the start of the recorded ops"
     module, op = split_op_name(run.strings[run.records["name"][outputs[-1]]])
-    return f"{_code(op)}{f' in `{module}`' if module else ''}"
+    return f"{code(op)}{f' in `{module}`' if module else ''}"
 
 
 def _compiled_region_before(run: RunFile, row: int) -> str | None:
@@ -772,13 +779,13 @@ def _origin_outside(
         return f"before step {step} started: the {name} generator state differs"
     if _loss_scale(kind, name):
         return (
-            f"in the loss scale ({_code(name)}) the optimizer multiplied the loss by, before "
+            f"in the loss scale ({code(name)}) the optimizer multiplied the loss by, before "
             "the backward: its settings, or the steps it grew or backed off in"
         )
     if kind == Kind.OPTIM_STATE:
         return (
             f"before the first optimizer step recorded: the state the optimizer held "
-            f"({_code(name)}) differs (loaded from a checkpoint: optimizer.load_state_dict, "
+            f"({code(name)}) differs (loaded from a checkpoint: optimizer.load_state_dict, "
             "keras.models.load_model; or kept from steps before recording began)"
         )
     if kind == Kind.BATCH and name in LOSS_INPUTS:
@@ -791,13 +798,13 @@ def _origin_outside(
         return "in the data pipeline, before the model saw the batch"
     if kind == Kind.BUFFER and initial:
         return (
-            f"before training: the value {_code(name)} started from differs (what the model "
+            f"before training: the value {code(name)} started from differs (what the model "
             "was built with or loaded: a checkpoint's running statistics, a pruning mask, a "
             "spectral norm's vectors)"
         )
     if kind == Kind.BUFFER:
-        return f"in the forward passes that update {_code(name)} (running statistics)"
-    return f"between the previous probe and {_code(name)}"
+        return f"in the forward passes that update {code(name)} (running statistics)"
+    return f"between the previous probe and {code(name)}"
 
 
 def _models_before(run: RunFile, rows: np.ndarray, name: str) -> list[str]:
@@ -814,29 +821,11 @@ def _models_before(run: RunFile, rows: np.ndarray, name: str) -> list[str]:
     return found
 
 
-def _has(
-    run: RunFile,
-    rows: np.ndarray,
-    kind: Kind,
-    name: str,
-    phase: Phase | None = None,
-    note: str | None = None,
-) -> bool:
-    """Whether ``rows`` hold a record of ``kind`` and ``name`` (and ``phase``, ``note``)."""
-    records = run.records[rows]
-    found = (records["kind"] == kind) & np.isin(records["name"], _string_ids(run, name))
-    if phase is not None:
-        found &= records["phase"] == phase
-    if note is not None:
-        found &= np.isin(records["note"], _string_ids(run, note))
-    return bool(found.any())
-
-
 def _note_layer(divergence: Divergence, run: RunFile, module: str) -> None:
     """``facts["layer"]``: the class of ``module`` (``Conv2d``), for the causes that name a
     layer's kernels; nothing for a module not of torch's own."""
     classes = _layer_classes(run)
-    layer = next((classes[i] for i in _string_ids(run, module) if i in classes), "")
+    layer = next((classes[i] for i in string_ids(run, module) if i in classes), "")
     if layer:
         divergence.facts["layer"] = layer
 
@@ -848,7 +837,7 @@ def _note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndar
     step), at every call of the module. A container that passed it to that layer does not
     count; any other module that read it, or none, names nothing. Functional code that read
     it is not recorded, which the wording says."""
-    records, module_ids = run.records, _string_ids(run, divergence.location)
+    records, module_ids = run.records, string_ids(run, divergence.location)
     step = records[same_step]
     outputs = same_step[
         (step["kind"] == Kind.OUTPUT)
@@ -898,55 +887,24 @@ def layer_label(note: str) -> str:
     return f"{layer}(mode={mode})" if layer and mode else layer
 
 
-def _string_ids(run: RunFile, text: str) -> list[int]:
-    """The ids ``run`` stores ``text`` under (one, or none; a list, as ``np.isin`` takes)."""
-    return [i for i, s in enumerate(run.strings) if s == text]
-
-
-def _has_kind(run: RunFile, rows: np.ndarray, kind: Kind) -> bool:
-    return bool((run.kinds[rows] == kind).any()) if rows.size else False
-
-
-def _noted(run: RunFile, row: int, note: str) -> bool:
-    """Whether the record's note is ``note`` (after the output key it may start with)."""
-    return note_parts(run.strings[run.records["note"][row]])[1] == note
-
-
-def _noted_in_either(run: RunFile, other: RunFile | None, row: int, note: str) -> bool:
-    """Whether record ``row`` is noted ``note`` in ``run`` or in the ``other`` run."""
-    return _noted(run, row, note) or (other is not None and _noted(other, row, note))
-
-
 def _hooks_after(run: RunFile, row: int, other: RunFile | None = None) -> str:
     """When record ``row`` was taken before hooks of its module's own ran (an output before
     its forward hooks, an input before its pre-hooks), in either run, the words that name
     them as a place the difference after it can come from; else ""."""
-    owner = _code(run.strings[run.records["name"][row]])
-    if _noted_in_either(run, other, row, BEFORE_HOOKS):
+    owner = code(run.strings[run.records["name"][row]])
+    if noted_in_either(run, other, row, BEFORE_HOOKS):
         return (
             f", or in a forward hook of {owner} (it has some: its output is recorded before they "
             "run)"
         )
-    if _noted_in_either(run, other, row, BEFORE_PRE_HOOKS):
+    if noted_in_either(run, other, row, BEFORE_PRE_HOOKS):
         return (
             f", or in a forward pre-hook of {owner} (it has some: its inputs are recorded before "
             "they run)"
         )
-    if _noted_in_either(run, other, row, BEFORE_BACKWARD_HOOKS):
+    if noted_in_either(run, other, row, BEFORE_BACKWARD_HOOKS):
         return (
             f", or in a backward hook of {owner} (it has some: the gradient into its output is "
             "recorded before they run)"
         )
     return ""
-
-
-def _describe(run: RunFile, row: int) -> str:
-    r = run.records[row]
-    label = Kind(r["kind"]).label.replace("_", " ")
-    slot = f" {r['slot']}" if r["slot"] else ""
-    key = note_parts(run.strings[r["note"]])[0]
-    return f"{_code(run.strings[r['name']])} {label}{slot}{f' ({key})' if key else ''}"
-
-
-def _code(name: str) -> str:
-    return f"`{name}`"

@@ -1,5 +1,5 @@
-"""Reading one run file's records for a comparison: a row as a :class:`Probe`, and which call
-or occurrence of its probe in its step it is."""
+"""Reading one run file's records for a comparison: a row as a :class:`Probe`, which call or
+occurrence of its probe in its step it is, whether rows hold a record, and a record in words."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 
 from divergence.compare.model import Probe
 from divergence.store.reader import RunFile, step_bounds
-from divergence.store.schema import KIND_VALUES, PHASE_VALUES, Kind, Phase, parse_shape
+from divergence.store.schema import KIND_VALUES, PHASE_VALUES, Kind, Phase, note_parts, parse_shape
 
 
 def probe_at(file: RunFile, row: int) -> Probe:
@@ -51,3 +51,52 @@ def occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
         same &= block[field] == r[field]
     count = int(np.count_nonzero(same))
     return (int(np.count_nonzero(same[: row - lo + 1])), count) if count > 1 else None
+
+
+def has(
+    run: RunFile,
+    rows: np.ndarray,
+    kind: Kind,
+    name: str,
+    phase: Phase | None = None,
+    note: str | None = None,
+) -> bool:
+    """Whether ``rows`` hold a record of ``kind`` and ``name`` (and ``phase``, ``note``)."""
+    records = run.records[rows]
+    found = (records["kind"] == kind) & np.isin(records["name"], string_ids(run, name))
+    if phase is not None:
+        found &= records["phase"] == phase
+    if note is not None:
+        found &= np.isin(records["note"], string_ids(run, note))
+    return bool(found.any())
+
+
+def string_ids(run: RunFile, text: str) -> list[int]:
+    """The ids ``run`` stores ``text`` under (one, or none; a list, as ``np.isin`` takes)."""
+    return [i for i, s in enumerate(run.strings) if s == text]
+
+
+def has_kind(run: RunFile, rows: np.ndarray, kind: Kind) -> bool:
+    return bool((run.kinds[rows] == kind).any()) if rows.size else False
+
+
+def noted(run: RunFile, row: int, note: str) -> bool:
+    """Whether the record's note is ``note`` (after the output key it may start with)."""
+    return note_parts(run.strings[run.records["note"][row]])[1] == note
+
+
+def noted_in_either(run: RunFile, other: RunFile | None, row: int, note: str) -> bool:
+    """Whether record ``row`` is noted ``note`` in ``run`` or in the ``other`` run."""
+    return noted(run, row, note) or (other is not None and noted(other, row, note))
+
+
+def describe(run: RunFile, row: int) -> str:
+    r = run.records[row]
+    label = Kind(r["kind"]).label.replace("_", " ")
+    slot = f" {r['slot']}" if r["slot"] else ""
+    key = note_parts(run.strings[r["note"]])[0]
+    return f"{code(run.strings[r['name']])} {label}{slot}{f' ({key})' if key else ''}"
+
+
+def code(name: str) -> str:
+    return f"`{name}`"
