@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from divergence.compare.facts import layout, note_layer, note_reading_layer, run_facts
 from divergence.compare.model import Divergence
 from divergence.compare.origin_op import explain_op
 from divergence.compare.records import (
@@ -19,7 +20,6 @@ from divergence.compare.records import (
     has_kind,
     noted,
     noted_in_either,
-    string_ids,
 )
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile, step_bounds
@@ -43,7 +43,7 @@ from divergence.store.schema import (
     Status,
     note_parts,
 )
-from divergence.store.settings import differing_settings, settings_of
+from divergence.store.settings import differing_settings
 from divergence.wording import WRITES_AFTER_TRAINING, counted
 
 
@@ -60,7 +60,7 @@ def explain_origin(
     divergence.facts.update(run_facts(run.meta))
     if divergence.facts["framework"] == "torch" and records["algo"][row] == Algorithm.XXH3_64:
         divergence.facts["device"] = "cpu"  # (hashed on the host: a CPU tensor, on a GPU host)
-    divergence.facts["layout"] = _layout(divergence)
+    divergence.facts["layout"] = layout(divergence)
     if divergence.phase == Phase.INIT.label:
         divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
     if _recomputes(run, np.append(same_step, row)):
@@ -128,7 +128,7 @@ def _explain_kind(
     elif kind in (Kind.OUTPUT, Kind.INPUT):
         if kind == Kind.OUTPUT:
             _explain_output(divergence, run, row, same_step, previous, other)
-            _note_layer(divergence, run, name)
+            note_layer(divergence, run, name)
         else:
             _explain_input(divergence, run, row, same_step, other)
         if records["phase"][row] == Phase.BACKWARD:  # only a recomputed forward has these
@@ -145,7 +145,7 @@ def _explain_kind(
         )
         grads = [int(i) for i in same_step if run.records["kind"][i] == Kind.GRAD_OUTPUT]
         divergence.origin_text += _hooks_after(run, grads[-1], other) if grads else ""
-        _note_reading_layer(divergence, run, same_step)
+        note_reading_layer(divergence, run, same_step)
     elif kind == Kind.PARAM_GRAD and divergence.phase == Phase.OPTIMIZER.label:
         _explain_edited_gradient(divergence, run, same_step)
     elif kind == Kind.HYPERPARAM:
@@ -154,7 +154,7 @@ def _explain_kind(
         module = name.rsplit(".", 1)[0] if "." in name else name
         divergence.origin = has(run, same_step, Kind.GRAD_OUTPUT, module) or None
         divergence.origin_text = f"in the backward of {code(module)} (gradient of {code(name)})"
-        _note_layer(divergence, run, module)
+        note_layer(divergence, run, module)
     elif kind == Kind.PARAM and divergence.phase in WRITE_PHASES:
         divergence.origin = True
         if run.meta.get("framework") == "tensorflow":  # (recorded as a later fit() starts)
@@ -515,18 +515,6 @@ def parent_module(name: str) -> str:
     return ""
 
 
-def _layout(divergence: Divergence) -> str:
-    """What differs besides the bits: ``"shape"``, ``"dtype"`` or ``"same"``."""
-    a, b = divergence.a, divergence.b
-    if a is None or b is None or (a.shape, a.dtype) == (b.shape, b.dtype):
-        return "same"
-    return "shape" if a.shape != b.shape else "dtype"
-
-
-LOADER_SEED = "DataLoader epoch base seed"  # its seeds call (frameworks/torch/recorder.py)
-TF_SEED_CALLS = {"tf.random.set_seed", "keras.utils.set_random_seed"}  # (TF's global seed)
-
-
 def caveat_unseen_state(divergence: Divergence, run: RunFile) -> None:
     """An origin claimed where weights, gradients or optimizer state before it were not
     fingerprinted (FSDP2's DTensors): "every record before matched" does not cover them, so
@@ -578,49 +566,6 @@ COMPUTED_KINDS = {
         Kind.COLLECTIVE_OUT,
     )
 }
-
-
-def run_facts(meta: dict[str, object]) -> dict[str, str]:
-    """What every divergence in a run shares: its device, framework, str hashing and seeds."""
-    devices, env = meta.get("devices"), meta.get("env")
-    cuda = isinstance(devices, dict) and bool(devices.get("cuda"))
-    # Unset (or "random"), each process draws its own secret for str and bytes hashes.
-    hash_seed = env.get("PYTHONHASHSEED", "") if isinstance(env, dict) else ""
-    facts = {
-        "device": "cuda" if cuda else "cpu",
-        "framework": str(meta.get("framework", "")),
-        "str_hash": "random" if hash_seed in ("", "random") else "fixed",
-    }
-    calls = _seed_calls(meta)
-    if facts["framework"] == "tensorflow":  # (keras.utils.set_random_seed calls it too)
-        seeded = bool(TF_SEED_CALLS & set(calls)) or meta.get("tf_global_seed") is not None
-        facts["global_seed"] = "set" if seeded else "unset"
-    config = meta.get("record_config")
-    filtered = isinstance(config, dict) and bool(config.get("include") or config.get("exclude"))
-    # (a hunt's zoom chose its globs from a divergence: no caveat)
-    if filtered and isinstance(config, dict) and not config.get("zoom"):
-        facts["filters"] = "globs"  # (compare refuses runs recorded with other globs)
-    return facts
-
-
-def loader_facts(meta_a: dict[str, object], meta_b: dict[str, object]) -> dict[str, str]:
-    """``loader_seed``: ``seeded`` when both runs' DataLoaders drew their epoch seeds from
-    generators of their own, ``one run`` when only one did (the other shuffles with torch's
-    global generator); nothing when neither did.
-
-    >>> own = {"seeds": [{"call": LOADER_SEED, "seed": "7", "step": 0}]}
-    >>> loader_facts(own, own), loader_facts({}, own), loader_facts({}, {})
-    ({'loader_seed': 'seeded'}, {'loader_seed': 'one run'}, {})
-    """
-    own = [LOADER_SEED in _seed_calls(meta) for meta in (meta_a, meta_b)]
-    if not any(own):
-        return {}
-    return {"loader_seed": "seeded" if all(own) else "one run"}
-
-
-def _seed_calls(meta: dict[str, object]) -> list[object]:
-    seeds = meta.get("seeds")
-    return [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
 
 
 # a LossScaleOptimizer's scale, recorded as its loss is scaled (frameworks/tensorflow/recorder.py)
@@ -703,72 +648,6 @@ def _models_before(run: RunFile, rows: np.ndarray, name: str) -> list[str]:
             if other != name and other not in LOSS_INPUTS and other not in found:
                 found.append(other)
     return found
-
-
-def _note_layer(divergence: Divergence, run: RunFile, module: str) -> None:
-    """``facts["layer"]``: the class of ``module`` (``Conv2d``), for the causes that name a
-    layer's kernels; nothing for a module not of torch's own."""
-    classes = _layer_classes(run)
-    layer = next((classes[i] for i in string_ids(run, module) if i in classes), "")
-    if layer:
-        divergence.facts["layer"] = layer
-
-
-def _note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
-    """For the gradient flowing into a module's output, which the backward of whatever read
-    that output computed: ``facts["layer"]`` and ``reader`` when one of torch's own layers is
-    the only module recorded reading it (its input's fingerprint, after the output, in this
-    step), at every call of the module. A container that passed it to that layer does not
-    count; any other module that read it, or none, names nothing. Functional code that read
-    it is not recorded, which the wording says."""
-    records, module_ids = run.records, string_ids(run, divergence.location)
-    step = records[same_step]
-    outputs = same_step[
-        (step["kind"] == Kind.OUTPUT)
-        & np.isin(step["name"], module_ids)
-        & (step["slot"] == divergence.slot)
-    ]
-    if not outputs.size or (records["status"][outputs] != Status.OK).any():
-        return
-    readers: set[int] = set()
-    for row in outputs:  # (the gradient sums what the readers of every call passed back)
-        later = records[same_step[same_step > row]]
-        read = (later["kind"] == Kind.INPUT) & (later["status"] == Status.OK)
-        readers.update(int(i) for i in later["name"][read & (later["fp"] == records["fp"][row])])
-    classes = _layer_classes(run)
-    layers = {run.strings[i]: classes[i] for i in readers - set(module_ids) if i in classes}
-    others = {run.strings[i] for i in readers - set(module_ids) if i not in classes}
-    containers = {name for name in others if any(n.startswith(name + ".") for n in layers)}
-    if len(layers) == 1 and others == containers:
-        [(reader, layer)] = layers.items()
-        divergence.facts.update(layer=layer, reader=reader)
-
-
-def _layer_classes(run: RunFile) -> dict[int, str]:
-    """Name id -> the layer each of torch's own modules is, read from the note of its ``init``
-    settings record (0.18.0 on; see ``layer_label``)."""
-    records = run.records
-    rows = np.flatnonzero((records["kind"] == Kind.HYPERPARAM) & (records["phase"] == Phase.INIT))
-    classes: dict[int, str] = {}
-    for row in rows:
-        layer = layer_label(run.strings[records["note"][row]])
-        if layer:
-            classes.setdefault(int(records["name"][row]), layer)
-    return classes
-
-
-def layer_label(note: str) -> str:
-    """The layer a settings note names: its class, with its mode where it has one (the kernels
-    of an ``Upsample`` depend on it); "" for the settings of anything else.
-
-    >>> layer_label("class='Upsample'; mode='bilinear'; scale_factor=2.0")
-    "Upsample(mode='bilinear')"
-    >>> layer_label("class='Conv2d'; in_channels=3; padding_mode='zeros'"), layer_label("lr=0.1")
-    ('Conv2d', '')
-    """
-    settings = settings_of(note)
-    layer, mode = settings.get("class", "").strip("'"), settings.get("mode")
-    return f"{layer}(mode={mode})" if layer and mode else layer
 
 
 def _hooks_after(run: RunFile, row: int, other: RunFile | None = None) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from divergence.compare.explain import explain_modes, explain_origin, loader_facts
+from divergence.compare.explain import explain_modes, explain_origin
+from divergence.compare.facts import loader_facts
 from divergence.compare.model import Divergence, Probe
 from divergence.compare.records import occurrence, probe_at, replay_call
 from divergence.store.reader import RunFile
