@@ -5,9 +5,9 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from divergence.compare.environment import CALL_LISTS
-from divergence.compare.explain import settings_difference
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, display_value
+from divergence.compare.origin_state import settings_difference
 from divergence.store.schema import EVAL_NOTES, message_direction, note_parts
 
 

@@ -34,10 +34,10 @@ from divergence.compare.engine import (
     pair_processes,
 )
 from divergence.compare.environment import environment_differences
-from divergence.compare.explain import caveat_unseen_state
 from divergence.compare.facts import run_facts
 from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
 from divergence.compare.notes import completeness_notes, failure_notes
+from divergence.compare.origin_state import caveat_unseen_state
 from divergence.compare.refusals import (
     refuse_different_programs,
     refuse_only_damaged,

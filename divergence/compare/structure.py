@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from divergence.compare.explain import WRITE_PHASES, written_when
 from divergence.compare.model import Divergence, Probe
+from divergence.compare.origin_state import WRITE_PHASES, written_when
 from divergence.compare.records import probe_at
 from divergence.store.reader import RunFile
 from divergence.store.schema import (
