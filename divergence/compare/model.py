@@ -91,8 +91,8 @@ class Divergence:
     cause: str = ""
     cause_text: str = ""
     numeric: Any = None  # compare.numeric.NumericDiff when both runs dumped the tensor
-    # facts for the cause (explain.py): "op", "module", "device", "framework", "layer" and
-    # "reader" (the torch layer at a module-level origin), ...
+    # facts for the cause (set in origin*.py and facts.py): "op", "module", "device",
+    # "framework", "layer" and "reader" (the torch layer at a module-level origin), ...
     facts: dict[str, Any] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)  # why the cause class was chosen
     # a process whose file in one run cannot be read: where it parts is unknown (not step 0)

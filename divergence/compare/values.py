@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from divergence.compare.explain import explain_modes, explain_origin
 from divergence.compare.facts import loader_facts
 from divergence.compare.model import Divergence, Probe
+from divergence.compare.origin import explain_modes, explain_origin
 from divergence.compare.records import occurrence, probe_at, replay_call
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase

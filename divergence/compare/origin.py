@@ -1,4 +1,5 @@
-"""Origin or propagation, and the likely cause, for a first value divergence.
+"""Origin or propagation of a first value divergence, by the kind of its record: a module's call
+(``origin_module``), an op (``origin_op``), a parameter, gradient or setting (``origin_state``).
 
 The first differing record is preceded only by matching records. So it is the **origin** when its
 inputs were recorded (they matched): a module output whose inputs were probed, a parameter gradient
@@ -12,6 +13,7 @@ import numpy as np
 
 from divergence.compare.facts import layout, note_layer, note_reading_layer, run_facts
 from divergence.compare.model import Divergence
+from divergence.compare.origin_module import explain_input, explain_output, hooks_after
 from divergence.compare.origin_op import explain_op
 from divergence.compare.origin_state import (
     WRITE_PHASES,
@@ -21,20 +23,10 @@ from divergence.compare.origin_state import (
     loss_scale,
     written_when,
 )
-from divergence.compare.records import (
-    code,
-    describe,
-    has,
-    has_kind,
-    noted,
-    noted_in_either,
-)
+from divergence.compare.records import code, describe, has, has_kind, noted
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile, step_bounds
 from divergence.store.schema import (
-    BEFORE_BACKWARD_HOOKS,
-    BEFORE_HOOKS,
-    BEFORE_PRE_HOOKS,
     EDITED_IN_TRACE,
     EVAL_NOTES,
     INFERENCE_CALL,
@@ -128,10 +120,10 @@ def _explain_kind(
         explain_op(divergence, run, row)
     elif kind in (Kind.OUTPUT, Kind.INPUT):
         if kind == Kind.OUTPUT:
-            _explain_output(divergence, run, row, same_step, previous, other)
+            explain_output(divergence, run, row, same_step, previous, other)
             note_layer(divergence, run, name)
         else:
-            _explain_input(divergence, run, row, same_step, other)
+            explain_input(divergence, run, row, same_step, other)
         if records["phase"][row] == Phase.BACKWARD:  # only a recomputed forward has these
             divergence.origin_text += (
                 ", in a forward recomputed during the backward (activation checkpointing)"
@@ -145,7 +137,7 @@ def _explain_kind(
             ),
         )
         grads = [int(i) for i in same_step if run.records["kind"][i] == Kind.GRAD_OUTPUT]
-        divergence.origin_text += _hooks_after(run, grads[-1], other) if grads else ""
+        divergence.origin_text += hooks_after(run, grads[-1], other) if grads else ""
         note_reading_layer(divergence, run, same_step)
     elif kind == Kind.PARAM_GRAD and divergence.phase == Phase.OPTIMIZER.label:
         explain_edited_gradient(divergence, run, same_step)
@@ -199,7 +191,7 @@ def _explain_kind(
     elif kind == Kind.LOSS:
         divergence.origin = has_kind(run, same_step, Kind.OUTPUT) or None
         divergence.origin_text = f"in the loss computation after {previous}"
-        hooks = _hooks_after(run, int(same_step[-1]), other) if same_step.size else ""
+        hooks = hooks_after(run, int(same_step[-1]), other) if same_step.size else ""
         if hooks:  # that output was recorded before the model's own forward hooks ran
             divergence.origin = None
             divergence.origin_text += hooks
@@ -277,133 +269,6 @@ def _in_eval_mode(run: RunFile, row: int) -> bool:
     return any(noted(run, row, note) for note in EVAL_NOTES)
 
 
-def _explain_output(
-    divergence: Divergence,
-    run: RunFile,
-    row: int,
-    same_step: np.ndarray,
-    previous: str,
-    other: RunFile | None = None,
-) -> None:
-    records, name = run.records, divergence.location
-    name_id = records["name"][row]
-    inputs = [
-        int(i)
-        for i in same_step
-        if records["name"][i] == name_id and records["kind"][i] in (Kind.INPUT, Kind.BATCH)
-    ]
-    if not inputs:
-        divergence.origin_text = f"between {previous} and this output (its inputs were not probed)"
-        return
-    call_start = inputs[-1]
-    call_inputs = _last_call(inputs)
-    children = [
-        int(i)
-        for i in same_step
-        if i > call_start
-        and records["kind"][i] == Kind.OUTPUT
-        and run.strings[records["name"][i]].startswith(name + ".")
-    ]
-    divergence.origin = True
-    divergence.matched_inputs = [describe(run, i) for i in call_inputs]
-    if has(run, same_step[same_step > call_start], Kind.COMPILED, name):
-        divergence.origin_text = (
-            f"inside the torch.compile region {code(name)}: its inputs matched; the modules "
-            "and ops inside a compiled region are not observed, so the op cannot be named"
-        )
-    elif children:
-        divergence.origin_text = (
-            f"in {code(name)}'s own forward code, after its last child "
-            f"{describe(run, children[-1])}, which matched"
-        )
-    else:
-        divergence.origin_text = f"inside {code(name)}'s forward: its inputs matched"
-    hooked = [i for i in call_inputs if noted_in_either(run, other, i, BEFORE_PRE_HOOKS)]
-    divergence.origin_text += _hooks_after(run, hooked[0], other) if hooked else ""
-
-
-def _last_call(inputs: list[int]) -> list[int]:
-    """The rows of the last call's inputs: a call records its inputs on consecutive rows.
-
-    >>> _last_call([3, 10, 11, 12])
-    [10, 11, 12]
-    """
-    start = len(inputs) - 1
-    while start > 0 and inputs[start - 1] == inputs[start] - 1:
-        start -= 1
-    return inputs[start:]
-
-
-def _explain_input(
-    divergence: Divergence,
-    run: RunFile,
-    row: int,
-    same_step: np.ndarray,
-    other: RunFile | None = None,
-) -> None:
-    """A module input that differs while every record before it matched was made by its
-    caller's own code: no recorded module returned it. Say which caller, after what."""
-    records, name = run.records, divergence.location
-    call_start = row  # the call's earlier inputs (a keyword after a matching positional)
-    first_of_step = int(same_step[0]) if same_step.size else row  # a step's rows are contiguous
-    while (
-        call_start > first_of_step
-        and records["name"][call_start - 1] == records["name"][row]
-        and records["kind"][call_start - 1] == Kind.INPUT
-    ):
-        call_start -= 1
-    before = same_step[same_step < call_start]
-    previous = describe(run, int(before[-1])) if before.size else "the start of the step"
-    caller = _caller(run, name, before)
-    where = (
-        f"{code(caller)}'s own forward code" if caller else "the training code, outside any module"
-    )
-    call = ""
-    if divergence.occurrence is not None:  # (a module called again: which call is which)
-        k = divergence.occurrence[0]
-        call = f" (call {k})"
-        if before.size and records["name"][before[-1]] == records["name"][row] and k > 1:
-            previous += f" (call {k - 1})"
-    divergence.origin_text = f"in {where}, after {previous} and before it called {code(name)}{call}"
-    divergence.origin_text += _hooks_after(run, int(before[-1]), other) if before.size else ""
-
-
-def _caller(run: RunFile, name: str, before: np.ndarray) -> str:
-    """The module whose code called ``name`` ("" for the training code): its parent; for a
-    top-level name, the model whose call is still open (a root such as a loss module, or a
-    second root ``Label#N``, is called by the training code)."""
-    parent = parent_module(name)
-    if parent or "#" in name:
-        return parent
-    records = run.records
-    batches = before[records["kind"][before] == Kind.BATCH]
-    models = [int(i) for i in batches if run.strings[records["name"][i]] != "dataloader"]
-    if not models:
-        return ""
-    model = records["name"][models[-1]]
-    since = before[before > models[-1]]
-    returned = (records["kind"][since] == Kind.OUTPUT) & (records["name"][since] == model)
-    return "" if returned.any() else run.strings[model]
-
-
-def parent_module(name: str) -> str:
-    """The module a recorded module name belongs to ("" at the top). A compiled function's
-    ``<compiled Ops.shift>`` and an inline module's ``<Linear>`` are one part each.
-
-    >>> parent_module("block.attn"), parent_module("block.<compiled Ops.shift>")
-    ('block', 'block')
-    >>> parent_module("<compiled Ops.shift>"), parent_module("fc")
-    ('', '')
-    """
-    depth = 0
-    for index in range(len(name) - 1, -1, -1):
-        char = name[index]
-        depth += (char == ">") - (char == "<")
-        if char == "." and depth == 0:
-            return name[:index]
-    return ""
-
-
 def _origin_outside(
     kind: Kind, name: str, step: int, late: bool = False, initial: bool = False
 ) -> str:
@@ -458,26 +323,3 @@ def _models_before(run: RunFile, rows: np.ndarray, name: str) -> list[str]:
             if other != name and other not in LOSS_INPUTS and other not in found:
                 found.append(other)
     return found
-
-
-def _hooks_after(run: RunFile, row: int, other: RunFile | None = None) -> str:
-    """When record ``row`` was taken before hooks of its module's own ran (an output before
-    its forward hooks, an input before its pre-hooks), in either run, the words that name
-    them as a place the difference after it can come from; else ""."""
-    owner = code(run.strings[run.records["name"][row]])
-    if noted_in_either(run, other, row, BEFORE_HOOKS):
-        return (
-            f", or in a forward hook of {owner} (it has some: its output is recorded before they "
-            "run)"
-        )
-    if noted_in_either(run, other, row, BEFORE_PRE_HOOKS):
-        return (
-            f", or in a forward pre-hook of {owner} (it has some: its inputs are recorded before "
-            "they run)"
-        )
-    if noted_in_either(run, other, row, BEFORE_BACKWARD_HOOKS):
-        return (
-            f", or in a backward hook of {owner} (it has some: the gradient into its output is "
-            "recorded before they run)"
-        )
-    return ""
