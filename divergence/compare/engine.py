@@ -20,30 +20,8 @@ from divergence.compare.refusals import refuse_mixed_algorithms
 from divergence.compare.rng_evidence import add_rng_evidence
 from divergence.compare.structure import structure_divergence, written_at_exit
 from divergence.compare.values import initial_value_first, value_divergence
-from divergence.errors import IncomparableRunsError
 from divergence.store.reader import RunFile
-from divergence.store.run import Process, Run
 from divergence.store.schema import BARE_TENSOR, Kind, Phase, Status
-
-
-def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]:
-    """Ranks pair by rank; single-process runs pair whatever their file names."""
-    if len(run_a.processes) == 1 and len(run_b.processes) == 1:
-        return [(run_a.processes[0].key, run_a.processes[0], run_b.processes[0])]
-    a, b = run_a.by_key(), run_b.by_key()
-    if set(a) != set(b):
-        only = sorted(set(a) ^ set(b))
-        raise IncomparableRunsError(
-            f"{run_a.path} and {run_b.path} recorded different processes ({', '.join(only)} in "
-            "only one run)",
-            hint="compare runs with the same number of processes/ranks",
-        )
-    return [(key, a[key], b[key]) for key in sorted(a, key=_natural)]
-
-
-def _natural(key: str) -> tuple[str, int]:
-    digits = "".join(c for c in key if c.isdigit())
-    return (key.rstrip("0123456789"), int(digits) if digits else 0)
 
 
 def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
