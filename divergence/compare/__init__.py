@@ -1,5 +1,11 @@
-"""Compare two runs: :func:`compare_runs` is the entry. ``ranks`` pairs the runs' processes and
-places each rank; ``engine`` finds the first difference between two files of one process.
+"""Compare two runs: :func:`compare_runs` is the entry.
+
+``ranks`` compares the runs process by process: ``process_pairs`` pairs them, ``refusals`` says
+which runs cannot be compared, ``roles`` places each rank. ``engine`` finds the first difference
+between two files of one process: ``align`` lines their records up, and the first difference is
+a ``values``, ``structure`` or ``length`` divergence. ``origin`` (with ``origin_module``,
+``origin_op``, ``origin_state`` and ``origin_collective``) says where it arose, ``causes`` names
+its likely cause, and ``notes`` what a report says beside the verdict.
 
 >>> # compare_runs("runs/a", "runs/b").first  -> Divergence(...) or None
 """

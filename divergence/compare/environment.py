@@ -47,7 +47,7 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
 
 def _compared(key: str) -> bool:
     """Runs recorded before the recorder dropped Terraform's ``TF_*`` variables still hold them.
-    Generator states at the start differ whenever a generator is unseeded: the engine reads
+    Generator states at the start differ whenever a generator is unseeded: rng_evidence.py reads
     them as evidence, they are no setting.
 
     >>> _compared("env.TF_CLI_CONFIG_FILE"), _compared("env.TF_ENABLE_ONEDNN_OPTS")

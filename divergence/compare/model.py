@@ -91,8 +91,8 @@ class Divergence:
     cause: str = ""
     cause_text: str = ""
     numeric: Any = None  # compare.numeric.NumericDiff when both runs dumped the tensor
-    # facts for the cause (explain.py): "op", "module", "device", "framework", "layer" and
-    # "reader" (the torch layer at a module-level origin), ...
+    # facts for the cause (set in origin*.py and facts.py): "op", "module", "device",
+    # "framework", "layer" and "reader" (the torch layer at a module-level origin), ...
     facts: dict[str, Any] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)  # why the cause class was chosen
     # a process whose file in one run cannot be read: where it parts is unknown (not step 0)
@@ -230,7 +230,7 @@ class ProcessComparison:
     rng_differences: list[str] = field(default_factory=list)
     # settings records that differ where no tensor did: "AdamW.group0 (step 0)"
     settings_differences: list[str] = field(default_factory=list)
-    role: str = ""  # multi-rank runs: see compare/ranks.py ROLES
+    role: str = ""  # multi-rank runs: see compare/roles.py ROLES
     role_text: str = ""
     # "run A (pid1.h5): <reason>" for each file whose recording stopped early (its end says why)
     recording_stopped: list[str] = field(default_factory=list)
@@ -258,7 +258,7 @@ class Comparison:
             (
                 p.first.unreadable,
                 p.first.sort_key,
-                p.role == "followed",  # (compare/ranks.py FOLLOWED)
+                p.role == "followed",  # (compare/roles.py FOLLOWED)
                 p.complete_a and p.complete_b,
                 i,
                 p.first,

@@ -19,8 +19,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from divergence.compare.engine import probe_at, string_mapping
+from divergence.compare.align import string_mapping
 from divergence.compare.model import Divergence, EnvDifference, Resume
+from divergence.compare.records import probe_at
 from divergence.store.reader import RunFile
 from divergence.store.schema import DDP_BUCKET, Kind, Phase
 

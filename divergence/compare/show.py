@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from divergence.compare.engine import probe_at, refuse_different_programs, replay_call
 from divergence.compare.model import Probe
+from divergence.compare.records import probe_at, replay_call
+from divergence.compare.refusals import refuse_different_programs
 from divergence.errors import UsageError
 from divergence.store.reader import RunFile, matching_rows
 from divergence.store.run import single_process

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from divergence.compare import compare_runs
-from divergence.compare.explain import parent_module
 from divergence.compare.model import Comparison, Divergence
+from divergence.compare.origin_module import parent_module
 from divergence.errors import IncomparableRunsError, IncompleteRecordingError, RecordError
 from divergence.record.config import RecordConfig, StepRange
 from divergence.record.launcher import is_run_file, record, resolve_command

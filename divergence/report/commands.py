@@ -11,8 +11,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from divergence.compare.explain import split_op_name
 from divergence.compare.model import Comparison
+from divergence.compare.origin_op import split_op_name
 
 
 def divergence_commands(comparison: Comparison) -> list[str]:

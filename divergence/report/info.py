@@ -15,7 +15,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from divergence.compare.environment import flatten
-from divergence.compare.ranks import world_size
+from divergence.compare.process_pairs import world_size
 from divergence.errors import CorruptRunError
 from divergence.report.terminal import key_value_table
 from divergence.store.run import Run

@@ -96,7 +96,7 @@ def test_another_world_size_is_named_before_the_thread_variable_torchrun_set() -
 def test_a_thread_variable_torch_overrode_is_no_cause() -> None:
     """OMP_NUM_THREADS 1 vs unset while torch computed with the same thread count (the
     script called torch.set_num_threads): not the thread cause; when the counts differ, it is."""
-    from divergence.compare.explain import classify
+    from divergence.compare.causes import classify
     from divergence.compare.model import Divergence, EnvDifference
 
     variable = EnvDifference("env.OMP_NUM_THREADS", "1", None)
@@ -152,7 +152,7 @@ def test_weights_drawn_from_numpy_get_numpy_s_seed() -> None:
 def test_an_openblas_thread_variable_stays_a_cause() -> None:
     """torch's own thread count does not show OpenBLAS's (numpy's BLAS): still the thread
     cause where only it differs."""
-    from divergence.compare.explain import classify
+    from divergence.compare.causes import classify
     from divergence.compare.model import Divergence, EnvDifference
 
     divergence = Divergence("value", "p0", 1, "forward", "output", "fc", 0)

@@ -162,7 +162,7 @@ def test_a_state_no_optimizer_writes_is_compared_with_the_original_s_last_one(
 def test_replay_counts_the_calls_of_an_op_across_phases(tmp_path: Path) -> None:
     """``M/aten.mul`` runs once in the forward and once in the backward: the backward's output
     is "call 1 of 1" of its phase, and replay's call 1 (it counts every call in the step)."""
-    from divergence.compare.engine import occurrence, replay_call
+    from divergence.compare.records import occurrence, replay_call
 
     session = new_session(tmp_path / "a")
     session.begin_event()

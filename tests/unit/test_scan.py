@@ -1,10 +1,10 @@
-"""The row-by-row comparison of two record arrays (``compare.engine.scan``)."""
+"""The row-by-row comparison of two record arrays (``compare.align.scan``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from divergence.compare.engine import BLOCK_ROWS, scan
+from divergence.compare.align import BLOCK_ROWS, scan
 from divergence.store.schema import RECORD_DTYPE, Kind, Phase
 
 N = 2 * BLOCK_ROWS + 123  # three blocks, the last one partial
