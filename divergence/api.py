@@ -10,7 +10,8 @@ from typing import TypeVar
 
 from divergence.errors import RecordError, UsageError
 from divergence.record.config import GRANULARITIES, RecordConfig, StepRange
-from divergence.record.session import Session, activate, active, deactivate, describe_exception
+from divergence.record.process import activate, active, deactivate, describe_exception
+from divergence.record.session import Session
 
 T = TypeVar("T")
 

@@ -534,7 +534,8 @@ FORK_SCRIPT = """
 import os, sys
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Session, activate, deactivate
+from divergence.record.process import activate, deactivate
+from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 
 def step(s, rows):
