@@ -5,6 +5,9 @@ Frameworks call it from their hooks::
     if session.begin_event() and session.wants(name):
         session.add(Phase.FORWARD, Kind.OUTPUT, name, fingerprint, slot=0)
 
+and join it through its extension points (:mod:`~divergence.record.extensions`): step starts,
+exit, metadata, probe handlers, resolvers of pending device fingerprints.
+
 Steps. A step is written (durably) at ``optimizer.step()`` (LBFGS closures run inside it); an
 optimizer stepping right after another appends its records to the same step as a second block. A
 step also ends at an explicit ``divergence.step()``, or, in a process that never steps an
@@ -30,6 +33,7 @@ import numpy as np
 from divergence.fingerprint import Fingerprint
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
+from divergence.record.extensions import Extensions
 from divergence.record.rng import host_rng_fingerprints
 from divergence.store.schema import (
     RECORD_DTYPE,
@@ -55,27 +59,18 @@ def _pending_row(*fields: Any) -> PendingRow:
     return fields
 
 
-class Session:
+class Session(Extensions["Session"]):
     """One process's recorder. Exactly one is active per process
     (see :mod:`divergence.record.process`)."""
 
     def __init__(self, config: RecordConfig, run_dir: str | Path) -> None:
+        super().__init__()
         self.config = config
         self.dumps = config.dumps_anything  # read per record
         self._every_step = config.steps.start <= 0 and config.steps.stop is None
         self.run_dir = Path(run_dir)
         self.step = 0
         self.mode = "auto"
-        self.on_step_start: list[Callable[[Session], None]] = []
-        # every step opened, inside --steps or not (on_step_start: only the recorded ones)
-        self.on_step_open: list[Callable[[], None]] = []
-        self.on_finish: list[Callable[[], None]] = []  # before the last records are written
-        # at divergence.step(), before the step is written: what the step's own code changed
-        self.on_explicit_step: list[Callable[[], None]] = []
-        self.metadata_providers: list[Callable[[], dict[str, Any]]] = []
-        # type of a pending device value -> the framework function that resolves a list of them
-        self.resolvers: dict[type, Callable[[list[object]], list[int]]] = {}
-        self.probe_handlers: list[Callable[[Session, object, str], bool]] = []
         self.unprobed: set[str] = set()  # probe names said once to have recorded nothing
         self.writer: RunFileWriter | None = None
         self.records_written = 0
@@ -142,10 +137,10 @@ class Session:
         self._continuable = False
         if not self._open:
             self._open = True
-            for opened in self.on_step_open:
+            for opened in self._step_opened:
                 opened()
             if self.recording:
-                for callback in self.on_step_start:
+                for callback in self._step_started:
                     callback(self)
         return self.recording
 
@@ -217,7 +212,7 @@ class Session:
         """``divergence.step()``: close the current step now."""
         self.mode = "explicit"
         self.begin_event()
-        for callback in self.on_explicit_step:
+        for callback in self._explicit_step:
             callback()
         self._close_step()
 
@@ -249,6 +244,10 @@ class Session:
         if known is None:
             known = self._wants[name] = self.config.wants(name)
         return known
+
+    def probe(self, value: object, name: str) -> bool:
+        """Whether a probe handler recorded ``value`` as ``name`` (the first that could)."""
+        return any(handler(self, value, name) for handler in self._probe_handlers)
 
     def wants_dump(self, name: str) -> bool:
         return self.config.dumps_anything and self.config.wants_dump(self.current_step, name)
@@ -331,7 +330,7 @@ class Session:
                 if type(row) is tuple:
                     pending.setdefault(type(row[0]), []).append(i)
         for kind, indices in pending.items():
-            values = self.resolvers[kind]([rows[i][0] for i in indices])
+            values = self._resolvers[kind]([rows[i][0] for i in indices])
             for i, value in zip(indices, values, strict=True):
                 rows[i] = pack_row(value, *rows[i][1:])
         return join_rows(step, rows)  # type: ignore[arg-type]
@@ -360,8 +359,7 @@ class Session:
     def _metadata(self) -> dict[str, Any]:
         meta = process_metadata(self._start_time)
         meta["record_config"] = json.loads(self.config.to_json())
-        for provider in self.metadata_providers:
-            meta.update(provider())
+        meta.update(self.metadata())
         meta["seeds"] = self.seeds
         if self.rng_restores:
             meta["rng_restores"] = self.rng_restores
@@ -392,7 +390,7 @@ class Session:
 
     def finish(self) -> None:
         """At exit: write what is buffered as the last step(s) and close the file cleanly."""
-        for callback in self.on_finish:
+        for callback in self._finishing:
             callback()
         end: dict[str, object] = {"clean_exit": True, "failure": self.failure}
         buffered = bool(self._rows)

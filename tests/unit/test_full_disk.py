@@ -51,7 +51,7 @@ def test_a_run_file_that_cannot_be_finished_is_said_not_raised(
     def full_disk() -> None:
         raise OSError(28, "No space left on device")
 
-    session.on_finish.append(full_disk)
+    session.on_finish(full_disk)
     process.activate(session)
     process.deactivate()  # (the Python API's exit, and the one at interpreter exit)
     assert process.active() is None

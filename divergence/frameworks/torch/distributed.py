@@ -170,11 +170,8 @@ class DistributedProbes(Instrumentation):
         self.patch(torch.autograd, "backward", self._wrap_backward)
         self._install_ddp()
         self.undo.append(register_optimizer_step_pre_hook(self._before_step).remove)
-        s = self.session
-        s.on_step_start.append(self._at_step_start)
-        s.metadata_providers.append(self.metadata)
-        self.undo.append(lambda: s.on_step_start.remove(self._at_step_start))
-        self.undo.append(lambda: s.metadata_providers.remove(self.metadata))
+        self.undo.append(self.session.on_step_start(self._at_step_start))
+        self.undo.append(self.session.add_metadata(self.metadata))
         return self.remove
 
     def _install_ddp(self) -> None:

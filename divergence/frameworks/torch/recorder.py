@@ -189,8 +189,7 @@ class TorchRecorder(Instrumentation):
         )
         # (every step, recorded or not: a second optimizer continuing a step outside --steps
         # must not be taken for the first one stepping again)
-        s.on_step_open.append(self.stepped_this_step.clear)
-        self.undo.append(lambda: s.on_step_open.remove(self.stepped_this_step.clear))
+        self.undo.append(s.on_step_open(self.stepped_this_step.clear))
         # collectives, messages, DDP buckets, rank metadata
         self.undo.append(distributed.install(s, self.cache.forget))
         scaler.install(self)  # GradScaler's state, and the steps it skips
