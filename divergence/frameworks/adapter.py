@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from divergence.fingerprint import Fingerprint
 from divergence.record.restores import RestoreLog
 from divergence.record.rng import HostGenerators, numpy_state, python_state
 from divergence.record.session import Session
+from divergence.store.schema import WRITTEN_AT_EXIT, Kind, Phase
 
 
 class Instrumentation:
@@ -95,6 +97,22 @@ class Instrumentation:
         >>> # self.listen(session.on_finish, self.add_written_at_exit)
         """
         self.undo.append(add(self.guard(callback)))
+
+    def write_at_exit(self, written: Callable[[], Iterable[tuple[str, Fingerprint]]]) -> None:
+        """As the process ends: the parameters ``written()`` names, with their fingerprints, that
+        the program wrote after its last update (the best weights loaded back), noted
+        :data:`WRITTEN_AT_EXIT` and appended to the step that update closed (or to the step
+        still open). No model call follows such a write: two runs that end with other weights
+        would otherwise compare identical. ``written`` is asked only when a step can take them."""
+        s = self.session
+        begin = s.open_at_exit()
+        if begin is None:
+            return
+        # (by name: which of them a freed model held depends on when the collector ran)
+        for name, fingerprint in sorted(written(), key=lambda entry: entry[0]):
+            if begin():
+                s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)
+        s.close_continued_step()
 
     def guarded_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None after stopping the recording if the recorder failed."""

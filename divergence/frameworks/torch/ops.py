@@ -55,6 +55,7 @@ from divergence.frameworks.torch.fingerprint import (
     dtype_name,
     to_host,
 )
+from divergence.frameworks.torch.recorder import TorchRecorder
 from divergence.record.session import Session
 from divergence.store.schema import OVERWRITTEN, WRITTEN_BUFFER, Kind, Phase
 
@@ -100,7 +101,7 @@ class OpRecorder(OpZoom):
     ``recorder`` is the module-level :class:`TorchRecorder` (its module stack and names).
     """
 
-    def __init__(self, session: Session, recorder: Any) -> None:
+    def __init__(self, session: Session, recorder: TorchRecorder) -> None:
         super().__init__(session)
         self.recorder = recorder
         self.mode = _Mode(self)
@@ -127,11 +128,11 @@ class OpRecorder(OpZoom):
             self.undo.append(handle.remove)
         # The recorder's own tensor work must not appear as ops: pause around it.
         self.pause_session_work()
-        self.patch(r, "_add", self.paused_call)
-        r.region_listeners.append(self._compiled_region)
-        self.undo.append(lambda: r.region_listeners.remove(self._compiled_region))
-        r.module_listeners.append(self._module_boundary)
-        self.undo.append(lambda: r.module_listeners.remove(self._module_boundary))
+        self.patch(r.records, "add", self.paused_call)
+        r.regions.listeners.append(self._compiled_region)
+        self.undo.append(lambda: r.regions.listeners.remove(self._compiled_region))
+        r.calls.listeners.append(self._module_boundary)
+        self.undo.append(lambda: r.calls.listeners.remove(self._module_boundary))
         os.register_at_fork(after_in_child=self._after_fork)
         return self.remove
 
@@ -219,8 +220,12 @@ class OpRecorder(OpZoom):
         after another continues the step the first one closed, as the module recorder's
         records of that update do (:meth:`Session.begin_optimizer_event`); an optimizer
         stepping again (LBFGS) and every other op open the next step if none is open."""
-        r = self.recorder
-        if phase is Phase.OPTIMIZER and r.stepping and r.stepping[-1] not in r.stepped_this_step:
+        steps = self.recorder.steps
+        if (
+            phase is Phase.OPTIMIZER
+            and steps.stepping
+            and steps.stepping[-1] not in steps.stepped_this_step
+        ):
             return self.session.begin_optimizer_event
         return self.session.begin_event
 
@@ -532,6 +537,6 @@ def _skip(t: torch.Tensor, reason: str) -> Fingerprint:
     return Fingerprint.skip(dtype_name(t.dtype), tuple(t.shape), reason)
 
 
-def install(session: Session, recorder: Any) -> Callable[[], None]:
+def install(session: Session, recorder: TorchRecorder) -> Callable[[], None]:
     """Add the op-level zoom to a module-level ``recorder`` (``--granularity op``)."""
     return OpRecorder(session, recorder).install()
