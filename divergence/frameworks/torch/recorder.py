@@ -79,7 +79,7 @@ class TorchRecorder(Instrumentation):
             self.records,
             self.stack,
             self.group_settings,
-            on_adopt=lambda root: self.writes.watch_freed(root),
+            on_adopt=lambda root: self.writes.watch_freed(root),  # (writes is made below)
         )
         self.steps = OptimizerSteps(self, self.records, self.tree, self.group_settings)
         self.writes = ParameterWrites(self, self.records, self.tree, self.steps)
