@@ -10,7 +10,8 @@ from typing import TypeVar
 
 from divergence.errors import RecordError, UsageError
 from divergence.record.config import GRANULARITIES, RecordConfig, StepRange
-from divergence.record.session import Session, activate, active, deactivate, describe_exception
+from divergence.record.process import activate, active, deactivate, describe_exception
+from divergence.record.session import Session
 
 T = TypeVar("T")
 
@@ -148,7 +149,7 @@ def probe(value: T, name: str) -> T:
         raise TypeError(f"divergence.probe: name must be a str, not {type(name).__name__}")
     session = active()
     if session is not None and session.begin_event() and session.wants(name):
-        recorded = any(handler(session, value, name) for handler in session.probe_handlers)
+        recorded = session.probe(value, name)
         if not recorded and name not in session.unprobed:
             session.unprobed.add(name)
             print(

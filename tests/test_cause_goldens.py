@@ -91,7 +91,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], list[Change]]] = {
 
 def write_run(path: Path, meta: dict[str, Any], changes: list[Change]) -> Path:
     session = Session(RecordConfig(output=str(path)), path)
-    session.metadata_providers.append(lambda: meta)
+    session.add_metadata(lambda: meta)
     session.seeds = meta.get("seeds", [])
     on_gpu = bool(meta.get("devices", {}).get("cuda"))  # (a CUDA tensor's fingerprint)
     algorithm = Algorithm.SMIX64_SUM if on_gpu else Algorithm.XXH3_64

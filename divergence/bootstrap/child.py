@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
-from divergence.record.session import Session, activate, active
+from divergence.record.process import activate, active
+from divergence.record.session import Session
 
 
 def start() -> None:

@@ -20,7 +20,7 @@ def layout(divergence: Divergence) -> str:
     return "shape" if a.shape != b.shape else "dtype"
 
 
-LOADER_SEED = "DataLoader epoch base seed"  # its seeds call (frameworks/torch/recorder.py)
+LOADER_SEED = "DataLoader epoch base seed"  # its seeds call (frameworks/torch/data.py)
 TF_SEED_CALLS = {"tf.random.set_seed", "keras.utils.set_random_seed"}  # (TF's global seed)
 
 

@@ -40,7 +40,7 @@ def find_resume(a: RunFile, b: RunFile) -> Resume | None:
 # the seed (and set_epoch) calls' steps (the original's before the resume, the resumed run's in
 # its own numbers)
 RESUME_DIFFERENCES = frozenset({"argv", "rng_restores", "seeds", "sampler_epochs"})
-LOADER = "dataloader"  # the batch records of a torch DataLoader (frameworks/torch/recorder.py)
+LOADER = "dataloader"  # the batch records of a torch DataLoader (frameworks/torch/data.py)
 
 
 def causal_differences(

@@ -24,8 +24,7 @@ ADAPTERS = {
 
 def attach(session: Session) -> Callable[[], None]:
     """Instrument every framework imported now or later; returns a function that detaches."""
-    session.probe_handlers.append(probe_numpy)
-    removers: list[Callable[[], None]] = []
+    removers: list[Callable[[], None]] = [session.add_probe(probe_numpy)]
 
     def install(module: ModuleType) -> None:
         # Runs inside the program's own `import torch`: a failure here must not become its failure.
@@ -40,8 +39,7 @@ def attach(session: Session) -> Callable[[], None]:
     def detach() -> None:
         for stop in waiting:
             stop()
-        for remove in reversed(removers):
+        for remove in reversed(removers):  # (numpy's handler, the first added, last)
             remove()
-        session.probe_handlers.remove(probe_numpy)
 
     return detach

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from divergence.fingerprint import Fingerprint
 from divergence.record.restores import RestoreLog
 from divergence.record.rng import HostGenerators, numpy_state, python_state
 from divergence.record.session import Session
+from divergence.store.schema import WRITTEN_AT_EXIT, Kind, Phase
 
 
 class Instrumentation:
@@ -80,26 +82,37 @@ class Instrumentation:
             label = "numpy.random.set_state"
             self.patch_generator_state(module, "get_state", "set_state", label, numpy_state)
         self.patch_generator_state(random, "getstate", "setstate", "random.setstate", python_state)
-        s.on_step_start.append(step_start)
-        s.metadata_providers.append(metadata)
-        s.probe_handlers.insert(0, probe)
-        self.undo.append(lambda: s.on_step_start.remove(step_start))
-        self.undo.append(lambda: s.metadata_providers.remove(metadata))
-        self.undo.append(lambda: s.probe_handlers.remove(probe))
+        self.undo.append(s.on_step_start(step_start))
+        self.undo.append(s.add_metadata(metadata))
+        self.undo.append(s.add_probe(probe, first=True))
         if pending is not None:
-            kind, resolve = pending
-            s.resolvers[kind] = resolve
-            self.undo.append(lambda: s.resolvers.__delitem__(kind))
+            self.undo.append(s.add_resolver(*pending))
 
-    def listen(self, callbacks: list[Callable[..., Any]], callback: Callable[..., Any]) -> None:
-        """Add ``callback`` to one of the session's lists (``on_finish``...) until
-        :meth:`remove`, guarded: a recorder bug there stops the recording, not the program.
+    def listen(
+        self, add: Callable[[Callable[[], None]], Callable[[], None]], callback: Callable[[], Any]
+    ) -> None:
+        """Register ``callback`` with one of the session's extension points (``on_finish``...)
+        until :meth:`remove`, guarded: a recorder bug there stops the recording, not the program.
 
         >>> # self.listen(session.on_finish, self.add_written_at_exit)
         """
-        guarded = self.guard(callback)
-        callbacks.append(guarded)
-        self.undo.append(lambda: callbacks.remove(guarded))
+        self.undo.append(add(self.guard(callback)))
+
+    def write_at_exit(self, written: Callable[[], Iterable[tuple[str, Fingerprint]]]) -> None:
+        """As the process ends: the parameters ``written()`` names, with their fingerprints, that
+        the program wrote after its last update (the best weights loaded back), noted
+        :data:`WRITTEN_AT_EXIT` and appended to the step that update closed (or to the step
+        still open). No model call follows such a write: two runs that end with other weights
+        would otherwise compare identical. ``written`` is asked only when a step can take them."""
+        s = self.session
+        begin = s.open_at_exit()
+        if begin is None:
+            return
+        # (by name: which of them a freed model held depends on when the collector ran)
+        for name, fingerprint in sorted(written(), key=lambda entry: entry[0]):
+            if begin():
+                s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)
+        s.close_continued_step()
 
     def guarded_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None after stopping the recording if the recorder failed."""
@@ -155,14 +168,9 @@ class OpZoom(Instrumentation):
         states) and the resolvers of pending device fingerprints. :meth:`after_step_start`
         runs once a step has started."""
         s = self.session
-        s.on_step_start.insert(0, self._pause_step_start)
-        s.on_step_start.append(self._resume_step_start)
-        self.undo.append(lambda: s.on_step_start.remove(self._pause_step_start))
-        self.undo.append(lambda: s.on_step_start.remove(self._resume_step_start))
-        originals = dict(s.resolvers)
-        for kind, resolver in originals.items():
-            s.resolvers[kind] = self.paused_call(resolver)
-        self.undo.append(lambda: s.resolvers.update(originals))
+        self.undo.append(s.on_step_start(self._pause_step_start, first=True))
+        self.undo.append(s.on_step_start(self._resume_step_start))
+        self.undo.append(s.wrap_resolvers(self.paused_call))
 
     def _pause_step_start(self, session: Session) -> None:
         self.paused += 1  # undone by _resume_step_start, the last step-start callback

@@ -21,7 +21,7 @@ import numpy as np
 
 from divergence.fingerprint import Algorithm, Fingerprint, fingerprint_buffer, header_seed
 
-# The names of every generator-state record (here, frameworks/torch/recorder.py and
+# The names of every generator-state record (here, frameworks/torch/seeds.py and
 # frameworks/tensorflow/rng.py), for filters that must keep them (a hunt's zoom).
 RNG_STATE_GLOBS = (
     "python.random",

@@ -5,6 +5,9 @@ Frameworks call it from their hooks::
     if session.begin_event() and session.wants(name):
         session.add(Phase.FORWARD, Kind.OUTPUT, name, fingerprint, slot=0)
 
+and join it through its extension points (:mod:`~divergence.record.extensions`): step starts,
+exit, metadata, probe handlers, resolvers of pending device fingerprints.
+
 Steps. A step is written (durably) at ``optimizer.step()`` (LBFGS closures run inside it); an
 optimizer stepping right after another appends its records to the same step as a second block. A
 step also ends at an explicit ``divergence.step()``, or, in a process that never steps an
@@ -16,11 +19,8 @@ every root forward, and are split into one step per forward at exit or after
 
 from __future__ import annotations
 
-import atexit
-import functools
 import json
 import multiprocessing.process
-import multiprocessing.util
 import os
 import sys
 import time
@@ -33,6 +33,7 @@ import numpy as np
 from divergence.fingerprint import Fingerprint
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
+from divergence.record.extensions import Extensions
 from divergence.record.rng import host_rng_fingerprints
 from divergence.store.schema import (
     RECORD_DTYPE,
@@ -58,26 +59,18 @@ def _pending_row(*fields: Any) -> PendingRow:
     return fields
 
 
-class Session:
-    """One process's recorder. Exactly one is active per process (see :func:`active`)."""
+class Session(Extensions["Session"]):
+    """One process's recorder. Exactly one is active per process
+    (see :mod:`divergence.record.process`)."""
 
     def __init__(self, config: RecordConfig, run_dir: str | Path) -> None:
+        super().__init__()
         self.config = config
         self.dumps = config.dumps_anything  # read per record
         self._every_step = config.steps.start <= 0 and config.steps.stop is None
         self.run_dir = Path(run_dir)
         self.step = 0
         self.mode = "auto"
-        self.on_step_start: list[Callable[[Session], None]] = []
-        # every step opened, inside --steps or not (on_step_start: only the recorded ones)
-        self.on_step_open: list[Callable[[], None]] = []
-        self.on_finish: list[Callable[[], None]] = []  # before the last records are written
-        # at divergence.step(), before the step is written: what the step's own code changed
-        self.on_explicit_step: list[Callable[[], None]] = []
-        self.metadata_providers: list[Callable[[], dict[str, Any]]] = []
-        # type of a pending device value -> the framework function that resolves a list of them
-        self.resolvers: dict[type, Callable[[list[object]], list[int]]] = {}
-        self.probe_handlers: list[Callable[[Session, object, str], bool]] = []
         self.unprobed: set[str] = set()  # probe names said once to have recorded nothing
         self.writer: RunFileWriter | None = None
         self.records_written = 0
@@ -144,10 +137,10 @@ class Session:
         self._continuable = False
         if not self._open:
             self._open = True
-            for opened in self.on_step_open:
+            for opened in self._step_opened:
                 opened()
             if self.recording:
-                for callback in self.on_step_start:
+                for callback in self._step_started:
                     callback(self)
         return self.recording
 
@@ -219,7 +212,7 @@ class Session:
         """``divergence.step()``: close the current step now."""
         self.mode = "explicit"
         self.begin_event()
-        for callback in self.on_explicit_step:
+        for callback in self._explicit_step:
             callback()
         self._close_step()
 
@@ -251,6 +244,10 @@ class Session:
         if known is None:
             known = self._wants[name] = self.config.wants(name)
         return known
+
+    def probe(self, value: object, name: str) -> bool:
+        """Whether a probe handler recorded ``value`` as ``name`` (the first that could)."""
+        return any(handler(self, value, name) for handler in self._probe_handlers)
 
     def wants_dump(self, name: str) -> bool:
         return self.config.dumps_anything and self.config.wants_dump(self.current_step, name)
@@ -333,7 +330,7 @@ class Session:
                 if type(row) is tuple:
                     pending.setdefault(type(row[0]), []).append(i)
         for kind, indices in pending.items():
-            values = self.resolvers[kind]([rows[i][0] for i in indices])
+            values = self._resolvers[kind]([rows[i][0] for i in indices])
             for i, value in zip(indices, values, strict=True):
                 rows[i] = pack_row(value, *rows[i][1:])
         return join_rows(step, rows)  # type: ignore[arg-type]
@@ -362,8 +359,7 @@ class Session:
     def _metadata(self) -> dict[str, Any]:
         meta = process_metadata(self._start_time)
         meta["record_config"] = json.loads(self.config.to_json())
-        for provider in self.metadata_providers:
-            meta.update(provider())
+        meta.update(self.metadata())
         meta["seeds"] = self.seeds
         if self.rng_restores:
             meta["rng_restores"] = self.rng_restores
@@ -394,7 +390,7 @@ class Session:
 
     def finish(self) -> None:
         """At exit: write what is buffered as the last step(s) and close the file cleanly."""
-        for callback in self.on_finish:
+        for callback in self._finishing:
             callback()
         end: dict[str, object] = {"clean_exit": True, "failure": self.failure}
         buffered = bool(self._rows)
@@ -438,128 +434,3 @@ class Session:
 def _host_generator_states() -> dict[str, str]:
     """``{"python.random": "<16 hex digits>", ...}``: the host generators' states now."""
     return {name: f"{fingerprint.value:016x}" for name, fingerprint in host_rng_fingerprints()}
-
-
-_active: Session | None = None
-
-
-def describe_exception(kind: type[BaseException], value: BaseException) -> str:
-    """``RuntimeError: boom`` (its first line, 300 characters at most), never raising.
-
-    >>> describe_exception(ValueError, ValueError("bad value"))
-    'ValueError: bad value'
-    """
-    try:
-        text = str(value)
-    except Exception:  # (an exception whose __str__ fails still ended the run)
-        text = ""
-    lines = text.splitlines()
-    return (f"{kind.__name__}: {lines[0]}" if lines else kind.__name__)[:300]
-
-
-def active() -> Session | None:
-    """The active session of this process, if recording."""
-    return _active
-
-
-def activate(session: Session) -> Session:
-    """Make ``session`` the process's recorder; it finishes at interpreter exit."""
-    global _active
-    _active = session
-    multiprocessing.util.register_after_fork(session, _finish_in_forked_process)
-    if not getattr(sys.excepthook, "notes_uncaught", False):
-        sys.excepthook = _noting_uncaught(sys.excepthook)
-    process_class: Any = multiprocessing.process.BaseProcess  # (_bootstrap is not in its stubs)
-    if not getattr(process_class._bootstrap, "notes_uncaught", False):
-        process_class._bootstrap = _noting_process_failure(process_class._bootstrap)
-    return session
-
-
-def _noting_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
-    """``sys.excepthook`` that first tells the active session which exception ends the
-    process (compare then says a run ended inside a step, and why)."""
-
-    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> Any:
-        _note_uncaught(value)
-        return previous(kind, value, tb)
-
-    excepthook.notes_uncaught = True  # type: ignore[attr-defined]
-    return excepthook
-
-
-def _noting_process_failure(bootstrap: Callable[..., Any]) -> Callable[..., Any]:
-    """``multiprocessing``'s ``Process._bootstrap``, which runs a child process's ``run()`` and
-    catches what it raises (``sys.excepthook`` never sees it), made to tell the active session
-    which exception ends the child first. The process's own ``run`` is wrapped, so a subclass
-    that overrides it is seen too. ``torch.multiprocessing.spawn`` catches a worker's
-    exception itself and calls ``sys.exit(1)`` in its handler: the exception is then that
-    ``SystemExit``'s context."""
-
-    @functools.wraps(bootstrap)
-    def noting_bootstrap(process: Any, *args: Any, **kwargs: Any) -> Any:
-        process.run = _noting_run(process.run)
-        return bootstrap(process, *args, **kwargs)
-
-    noting_bootstrap.notes_uncaught = True  # type: ignore[attr-defined]
-    return noting_bootstrap
-
-
-def _noting_run(run: Callable[[], None]) -> Callable[[], None]:
-    """``run`` that notes the exception it ends with (see :func:`_noting_process_failure`)."""
-
-    @functools.wraps(run)
-    def noting_run() -> None:
-        try:
-            run()
-        except SystemExit as exc:
-            failure = exc.__context__
-            if exc.code not in (0, None) and isinstance(failure, Exception):
-                _note_uncaught(failure)
-            raise
-        except BaseException as exc:
-            _note_uncaught(exc)
-            raise
-
-    return noting_run
-
-
-def _note_uncaught(exc: BaseException) -> None:
-    """Tell the active session (if any) that ``exc`` ends the process."""
-    if _active is not None:
-        _active.uncaught = describe_exception(type(exc), exc)
-
-
-def deactivate() -> None:
-    """Finish and drop the active session (the Python API's context exit, and at exit). A
-    file that cannot be finished (a full disk) is said, never raised into the training: its
-    steps written before stay readable."""
-    global _active
-    try:
-        if _active is not None:
-            _active.finish()
-    except Exception as exc:  # never turn a finished training into a crash
-        print(f"diverge: could not finish the run file: {exc}", file=sys.stderr)
-    finally:
-        _active = None
-
-
-def _forget_after_fork() -> None:
-    if _active is not None:
-        _active.forget_after_fork()
-
-
-def _finish_in_forked_process(session: Session) -> None:
-    """In a process multiprocessing forked (Hogwild training, a DataLoader worker): it leaves
-    through ``os._exit``, past ``atexit``, so its finalizers are its only exit hook. A process
-    that wrote steps closes its file there; one that wrote none (a worker whose transform is a
-    module) leaves no file, as at a kill."""
-
-    def finish() -> None:
-        if _active is session and session.writer is not None:
-            deactivate()
-
-    multiprocessing.util.Finalize(None, finish, exitpriority=0)
-
-
-atexit.register(deactivate)
-os.register_at_fork(after_in_child=_forget_after_fork)

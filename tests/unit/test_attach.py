@@ -6,6 +6,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import divergence.frameworks as frameworks
@@ -29,5 +30,6 @@ def test_a_failing_adapter_stops_recording_but_not_the_program(
     assert session.failure == "cannot instrument json: RuntimeError: boom"
     assert not session.begin_event()  # recording stopped
     assert "diverge: recording stopped at step 0: cannot instrument json" in capsys.readouterr().err
+    assert session.probe(np.zeros(2), "x")  # numpy's probe handler, attached first
     detach()
-    assert frameworks.probe_numpy not in session.probe_handlers
+    assert not session.probe(np.zeros(2), "x")  # numpy's probe handler is gone too

@@ -23,7 +23,7 @@ def write_run(
     """Two steps of ``fc`` (input, output) and the loss; ``fc``'s input differs at step 1 when
     ``changed`` (the batch before it, filtered out, made it)."""
     session = Session(RecordConfig(output=str(path), include=include, zoom=zoom), path)
-    session.metadata_providers.append(lambda: {"framework": framework, "env": {}})
+    session.add_metadata(lambda: {"framework": framework, "env": {}})
     for step in range(2):
         session.begin_event()
         for kind, value in ((Kind.INPUT, 1 + (changed and step == 1)), (Kind.OUTPUT, 2)):

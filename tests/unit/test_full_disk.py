@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from divergence.record import session as session_module
+from divergence.record import process
 from divergence.store import writer
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
@@ -51,8 +51,8 @@ def test_a_run_file_that_cannot_be_finished_is_said_not_raised(
     def full_disk() -> None:
         raise OSError(28, "No space left on device")
 
-    session.on_finish.append(full_disk)
-    session_module.activate(session)
-    session_module.deactivate()  # (the Python API's exit, and the one at interpreter exit)
-    assert session_module.active() is None
+    session.on_finish(full_disk)
+    process.activate(session)
+    process.deactivate()  # (the Python API's exit, and the one at interpreter exit)
+    assert process.active() is None
     assert "could not finish the run file: [Errno 28] No space left" in capsys.readouterr().err

@@ -35,7 +35,7 @@ def _first(tmp_path: Path, rows: list[Row], changed: str, meta: dict[str, object
     for run in ("a", "b"):
         path = tmp_path / run
         session = Session(RecordConfig(output=str(path)), path)
-        session.metadata_providers.append(lambda: meta)
+        session.add_metadata(lambda: meta)
         session.begin_event()
         for module, note in (settings or {}).items():
             fingerprint = Fingerprint(1, "settings", (1,), ON_HOST)

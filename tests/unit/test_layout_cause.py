@@ -19,7 +19,7 @@ def write_run(
     path: Path, phase: Phase, kind: Kind, dtype: str, shape: tuple[int, ...], value: int = 7
 ) -> Path:
     session = Session(RecordConfig(output=str(path)), path)
-    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    session.add_metadata(lambda: {"framework": "torch", "env": {}})
     session.seeds = [{"call": "torch.manual_seed", "seed": "0", "step": 0}]
     session.begin_event()
     session.add(phase, kind, "fc.weight", Fingerprint(value, dtype, shape, Algorithm.XXH3_64))

@@ -21,7 +21,7 @@ def write_run(
     (whose output at step 1 is ``head``); at step 1 the ``changed_kind`` record of call
     ``changed_call`` (0-based) differs."""
     session = Session(RecordConfig(output=str(path)), path)
-    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    session.add_metadata(lambda: {"framework": "torch", "env": {}})
     for step in range(2):
         session.begin_event()
         for call in range(3):

@@ -21,7 +21,7 @@ def _write(file: Path, rank: int, attempt: int | None) -> None:
     distributed = {"rank": rank, "world_size": 2, "backend": "gloo", "launcher": "torchrun"}
     if attempt is not None:
         distributed["restart_count"] = attempt
-    session.metadata_providers.append(lambda: {"distributed": distributed})
+    session.add_metadata(lambda: {"distributed": distributed})
     session._file_path = lambda: file  # type: ignore[method-assign]
     for step in range(2):
         session.begin_event()

@@ -29,7 +29,7 @@ def write_run(
     """``python.random`` starts at state ``start`` (and moves every step if ``drawn``); the
     output of ``fc`` changes at ``changed_step``; the run ends after ``steps`` steps."""
     session = Session(RecordConfig(output=str(path)), path)
-    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    session.add_metadata(lambda: {"framework": "torch", "env": {}})
     if known_start:  # (`diverge record` knows it; the Python API does not)
         session.host_generators_at_start = {"python.random": f"{start:016x}"}
     for step in range(steps):

@@ -54,7 +54,7 @@ def test_a_run_recorded_with_a_steps_stop_says_so(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a", steps=4)
     config = RecordConfig(output=str(tmp_path / "b"), steps=StepRange(0, 2))
     session = Session(config, tmp_path / "b")
-    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}})
+    session.add_metadata(lambda: {"framework": "torch", "env": {}})
     for step in range(4):
         session.begin_event()
         session.add(Phase.DATA, Kind.BATCH, "model", fingerprint(10 + step))

@@ -247,7 +247,7 @@ def test_explicit_step_without_records_advances_the_step(tmp_path: Path) -> None
 def test_step_range_records_only_those_steps(tmp_path: Path) -> None:
     s = make(tmp_path, steps=StepRange.parse("1:3"))
     started: list[int] = []
-    s.on_step_start.append(lambda session: started.append(session.step))
+    s.on_step_start(lambda session: started.append(session.step))
     for i in range(5):
         s.root_forward()
         if s.begin_event():
@@ -402,7 +402,7 @@ def test_pending_values_are_resolved_once_per_step(tmp_path: Path) -> None:
         return [v.v * 10 for v in values]  # type: ignore[attr-defined]
 
     s = make(tmp_path)
-    s.resolvers[Pending] = resolve
+    s.add_resolver(Pending, resolve)
     s.begin_event()
     s.add(Phase.FORWARD, Kind.OUTPUT, "a", Fingerprint(Pending(1), "f", (1,), Algorithm.SMIX64_SUM))
     add(s, "b", value=5)
@@ -426,7 +426,7 @@ def test_file_name_uses_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_metadata_providers_and_seeds(tmp_path: Path) -> None:
     s = make(tmp_path)
-    s.metadata_providers.append(lambda: {"framework": {"name": "fake"}})
+    s.add_metadata(lambda: {"framework": {"name": "fake"}})
     s.seeds.append({"seed": 42})
     s.begin_event()
     add(s, "a")
@@ -493,7 +493,7 @@ def test_on_step_start_runs_once_per_recorded_step(tmp_path: Path) -> None:
         started.append(session.step)
         session.add(Phase.RNG, Kind.RNG_STATE, "rng", fpr(session.step))
 
-    s.on_step_start.append(at_start)
+    s.on_step_start(at_start)
     for i in range(3):
         for _ in range(3):  # many events per step
             s.root_forward()
@@ -511,7 +511,7 @@ def test_on_step_start_runs_once_for_a_buffered_auto_block(tmp_path: Path) -> No
     # optimizer has them only for its first step (documented in docs/limits.md).
     s = make(tmp_path)
     started: list[int] = []
-    s.on_step_start.append(lambda session: started.append(session.step))
+    s.on_step_start(lambda session: started.append(session.step))
     for i in range(3):
         s.root_forward()
         s.begin_event()
@@ -534,7 +534,8 @@ FORK_SCRIPT = """
 import os, sys
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
-from divergence.record.session import Session, activate, deactivate
+from divergence.record.process import activate, deactivate
+from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 
 def step(s, rows):

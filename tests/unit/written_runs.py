@@ -14,7 +14,7 @@ from divergence.record.session import Session
 def new_session(path: Path, **meta: Any) -> Session:
     """A session writing the run ``path``; ``meta`` adds metadata (``distributed={...}``)."""
     session = Session(RecordConfig(output=str(path)), path)
-    session.metadata_providers.append(lambda: {"framework": "torch", "env": {}, **meta})
+    session.add_metadata(lambda: {"framework": "torch", "env": {}, **meta})
     return session
 
 

@@ -10,11 +10,11 @@ dispatch mode while a region runs, so the compiled kernels run as they would unr
 
 Regions are entered three ways: an ``OptimizedModule`` (``torch.compile(model)``; its own
 forward hooks fire eagerly), ``model.compile()`` and ``torch.compile(fn)`` (``torch.compile`` is
-wrapped so the callable it returns marks the region).
+wrapped so the callable it returns marks the region). ``regions.py`` records the boundary.
 
 An optimizer step taken inside compiled code (``torch.compile(optimizer.step)``) is noted by
 the step hook with a side effect dynamo replays, and recorded when the region is left (see
-``TorchRecorder._step_post_hook``).
+``OptimizerSteps.step_post_hook`` in ``steps.py``).
 
 >>> # torch.compile(model)(x)  ->  records: model input, COMPILED "model", model output
 """

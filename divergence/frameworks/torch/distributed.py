@@ -19,14 +19,10 @@ the communication pattern is the user's own: no extra collective, no barrier, no
   it sends after the step). Wrapping the group's methods, not the functions, leaves the
   functions themselves to ``P2POp``, which checks them by identity; the wrappers run as they
   are even when compiled code calls them (``never_compiled``).
-* DDP gradient buckets: a communication hook around DDP's own reduction redone in Python
-  (``ddp_reduction.py``: the same bits) or around the user's own hook records each bucket's flat
-  local gradients (``collective_in``) and the reduced result (``collective_out``) as
-  ``ddp.bucket<i>``; the results are written when ``backward()`` returns, in bucket order,
-  whatever thread completed them. A hook the script registers after the first forward takes
-  over from the default one.
-* Metadata ``distributed``: backend, world size, rank, local rank, the ``init_process_group``
-  settings and the DDP hooks; kept after ``destroy_process_group`` for the file's closing refresh.
+* DDP gradient buckets (``ddp.py``): each bucket's flat local gradients and its reduced result
+  as ``ddp.bucket<i>``, written when ``backward()`` returns.
+* Metadata ``distributed`` (``process_group.py``): backend, world size, ranks, the
+  ``init_process_group`` settings and the DDP hooks.
 
 >>> # install(session) -> a function that removes every patch
 """
@@ -36,12 +32,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import multiprocessing
-import os
 import threading
-import weakref
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -50,12 +42,12 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.compiled import never_compiled
-from divergence.frameworks.torch.ddp_reduction import BuiltinReduction
+from divergence.frameworks.torch.ddp import DdpBuckets
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
+from divergence.frameworks.torch.process_group import GroupMetadata
 from divergence.record.session import Session
 from divergence.store.schema import (
     ANY_SOURCE,
-    DDP_BUCKET,
     RECEIVE,
     REDUCE_OP,
     SEND,
@@ -127,20 +119,10 @@ class DistributedProbes(Instrumentation):
         # id(work) -> the receives a coalesced batch posted (NCCL's batch_isend_irecv returns
         # the batch's works, not theirs): the first of its works waited for records them
         self.batches: dict[int, tuple[object, list[Received]]] = {}
-        self.buckets: list[tuple[int, str, torch.Tensor]] = []  # (seq, name, reduced) to write
-        self.bucket_seq = 0
-        self.in_bucket_hook = False  # the hook's own all_reduce is recorded as the bucket
         self.in_callback = threading.local()  # .depth: nesting of Future callbacks running
         self.lock = threading.Lock()
-        self.hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
-        # DDP models whose comm hook slot holds our redo of DDP's own reduction
-        self.defaults: weakref.WeakKeyDictionary[torch.nn.Module, BuiltinReduction] = (
-            weakref.WeakKeyDictionary()
-        )
-        self.info: dict[str, Any] = {}
-        # the process whose group this is: a helper forked from a rank inherits the group
-        # object (dist.is_initialized() holds there) but is not that rank
-        self.group_pid = os.getpid() if dist.is_initialized() else None
+        self.group = GroupMetadata(self)
+        self.ddp = DdpBuckets(self, self.group, self._add)
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -153,9 +135,9 @@ class DistributedProbes(Instrumentation):
             for owner in (dist, c10d):
                 if getattr(owner, op, None) is original:
                     self.patch(owner, op, _constant(wrapped))
-        self.patch(c10d, "init_process_group", self._wrap_init)
+        self.patch(c10d, "init_process_group", self.group.wrap_init)
         self.patch(dist, "init_process_group", _constant(c10d.init_process_group))
-        self.patch(c10d, "destroy_process_group", self._wrap_destroy)
+        self.patch(c10d, "destroy_process_group", self.group.wrap_destroy)
         self.patch(dist, "destroy_process_group", _constant(c10d.destroy_process_group))
         self.patch(c10d.Work, "wait", self._wrap_wait)
         group = dist.ProcessGroup
@@ -168,21 +150,11 @@ class DistributedProbes(Instrumentation):
         self.patch(torch._C.Future, "then", self._wrap_then)
         self.patch(torch._C.Future, "add_done_callback", self._wrap_then)
         self.patch(torch.autograd, "backward", self._wrap_backward)
-        self._install_ddp()
+        self.ddp.install()
         self.undo.append(register_optimizer_step_pre_hook(self._before_step).remove)
-        s = self.session
-        s.on_step_start.append(self._at_step_start)
-        s.metadata_providers.append(self.metadata)
-        self.undo.append(lambda: s.on_step_start.remove(self._at_step_start))
-        self.undo.append(lambda: s.metadata_providers.remove(self.metadata))
+        self.undo.append(self.session.on_step_start(self._at_step_start))
+        self.undo.append(self.session.add_metadata(self.group.metadata))
         return self.remove
-
-    def _install_ddp(self) -> None:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        self.patch(DDP, "forward", self._wrap_ddp_forward)
-        self.patch(DDP, "register_comm_hook", self._wrap_register_comm_hook)
-        self.patch(DDP, "_register_builtin_comm_hook", self._wrap_builtin_hook)
 
     def _add(self, kind: Kind, name: str, tensors: list[torch.Tensor], note: str = "") -> None:
         s = self.session
@@ -223,7 +195,7 @@ class DistributedProbes(Instrumentation):
         """Whether a call made now is recorded: not the bucket hook's own all-reduce, not a
         ``Future`` callback's, and inside a recorded event."""
         in_callback = getattr(self.in_callback, "depth", 0)
-        return not (self.in_bucket_hook or in_callback) and self.session.begin_event()
+        return not (self.ddp.in_bucket_hook or in_callback) and self.session.begin_event()
 
     def _before_collective(
         self, op: str, signature: inspect.Signature, args: Any, kwargs: Any, source: str
@@ -412,165 +384,22 @@ class DistributedProbes(Instrumentation):
         if self.waiting:
             self.guarded_call(self._flush_waiting)
 
-    # --- DDP buckets ----------------------------------------------------------------------
-    def _wrap_ddp_forward(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        probes = self
-
-        @functools.wraps(original)
-        def forward(ddp: Any, *args: Any, **kwargs: Any) -> Any:
-            if ddp not in probes.hooked:  # DDP allows one comm hook: take it at the last moment
-                probes.guarded_call(probes._hook_ddp, ddp)
-            return original(ddp, *args, **kwargs)
-
-        return forward
-
-    def _hook_ddp(self, ddp: Any) -> None:
-        self._saw_ddp(ddp)
-        if getattr(ddp, "_comm_hooks", None):
-            return  # registered before we were installed: leave it alone
-        unprobed = _reduction_not_redone(ddp)
-        if unprobed:
-            self.info["ddp_buckets"] = f"not probed: {unprobed}"
-            return
-        default = self.defaults[ddp] = BuiltinReduction(ddp)
-        ddp.register_comm_hook(ddp.process_group, default)
-
-    def _saw_ddp(self, ddp: Any) -> None:
-        """A DDP model the script uses: its settings go into the metadata (the first one's)."""
-        self.hooked.add(ddp)
-        if "ddp" not in self.info:
-            self.info["ddp"] = _ddp_settings(ddp)
-
-    def _wrap_register_comm_hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        probes = self
-
-        @functools.wraps(original)
-        def register_comm_hook(ddp: Any, state: object, hook: Callable[..., Any]) -> Any:
-            if isinstance(hook, BuiltinReduction):  # (ours: not a setting of the run)
-                return original(ddp, state, probes._bucket_hook(hook))
-            probes.guarded_call(probes._saw_ddp, ddp)
-            probes.info.setdefault("ddp_comm_hooks", []).append(hook.__qualname__)
-            default = probes.defaults.pop(ddp, None)
-            if default is not None:  # after the first forward, where ours took DDP's one slot
-                ddp._check_comm_hook(hook)
-                ddp._comm_hooks.append((hook, state))
-                return default.replace(state, hook)
-            return original(ddp, state, probes._bucket_hook(hook))
-
-        return register_comm_hook
-
-    def _wrap_builtin_hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        probes = self
-
-        @functools.wraps(original)
-        def register_builtin(ddp: Any, hook_type: object) -> Any:
-            probes.guarded_call(probes._saw_ddp, ddp)
-            default = probes.defaults.pop(ddp, None)
-            if default is not None:  # after the first forward: ours holds DDP's one slot
-                hook = _python_equivalent(hook_type)
-                probes.info.setdefault("ddp_comm_hooks", []).append(
-                    f"{hook_type} (run as its Python equivalent {hook.__name__}: the recorder "
-                    "held DDP's hook slot; its last bits may differ from the C++ hook's)"
-                )
-                return default.replace(ddp.process_group, hook)
-            # a C++ hook: its buckets cannot be seen from Python
-            probes.info.setdefault("ddp_comm_hooks", []).append(f"{hook_type} (not probed)")
-            return original(ddp, hook_type)
-
-        return register_builtin
-
-    def _bucket_hook(self, hook: Callable[..., Any]) -> Callable[..., Any]:
-        probes = self
-
-        @functools.wraps(hook)
-        def bucket_hook(state, bucket):  # no annotations: DDP checks them against its own
-            name = f"{DDP_BUCKET}{bucket.index()}"
-            probes.guarded_call(probes._add, Kind.COLLECTIVE_IN, name, [bucket.buffer()])
-            seq, probes.bucket_seq = probes.bucket_seq, probes.bucket_seq + 1
-            probes.in_bucket_hook = True
-            try:
-                future = hook(state, bucket)
-            finally:
-                probes.in_bucket_hook = False
-
-            def reduced(done: Any) -> Any:
-                value = done.value()
-                # runs on whichever thread completed the work: only remember it here
-                probes.buckets.append((seq, name, value))
-                return value
-
-            return future.then(reduced)
-
-        return bucket_hook
-
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         probes = self
 
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
             result = original(*args, **kwargs)
-            if probes.buckets:  # DDP waited for every bucket before backward returned
+            if probes.ddp.buckets:  # DDP waited for every bucket before backward returned
                 probes.guarded_call(probes._flush_buckets)
             return result
 
         return backward
 
     def _flush_buckets(self) -> None:
-        with self.lock:
-            done, self.buckets = sorted(self.buckets, key=lambda b: b[0]), []
-        for _, name, value in done:
+        """The DDP buckets reduced since the last look (see ``ddp.py``)."""
+        for name, value in self.ddp.take_reduced():
             self._add(Kind.COLLECTIVE_OUT, name, _tensors(value))
-
-    # --- metadata -------------------------------------------------------------------------
-    def _wrap_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        probes = self
-
-        @functools.wraps(original)
-        def init_process_group(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
-            probes.guarded_call(probes._initialised, kwargs)
-            return result
-
-        return init_process_group
-
-    def _initialised(self, kwargs: dict[str, Any]) -> None:
-        settings = {k: _plain(v) for k, v in kwargs.items() if k not in ("init_method", "store")}
-        self.info["init_process_group"] = settings
-        self.group_pid = os.getpid()
-        self.session.rank = dist.get_rank()  # names the file rank<R>.h5 without RANK (spawn)
-        self.metadata()
-
-    def _wrap_destroy(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        probes = self
-
-        @functools.wraps(original)
-        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
-            probes.guarded_call(probes.metadata)  # keep what is known for the closing refresh
-            return original(*args, **kwargs)
-
-        return destroy_process_group
-
-    def metadata(self) -> dict[str, Any]:
-        """``{"distributed": {...}}`` once a process group existed (or a launcher set RANK)."""
-        if self.group_pid is not None and self.group_pid != os.getpid():
-            self.info, self.group_pid = {}, None  # (forked from a rank: not in its group)
-        if dist.is_initialized() and self.group_pid is not None:
-            self.info.update(
-                backend=str(dist.get_backend()),
-                world_size=dist.get_world_size(),
-                rank=dist.get_rank(),
-            )
-        elif "world_size" not in self.info and not _launched_rank():
-            return {}
-        env = os.environ
-        self.info.setdefault("world_size", _int(env.get("WORLD_SIZE")))
-        self.info.setdefault("rank", _int(env.get("RANK")) if _launched_rank() else None)
-        self.info["local_rank"] = _int(env.get("LOCAL_RANK"))
-        self.info["local_world_size"] = _int(env.get("LOCAL_WORLD_SIZE"))
-        self.info["launcher"] = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "other"
-        if "TORCHELASTIC_RESTART_COUNT" in env:  # (the attempt: torchrun --max-restarts)
-            self.info["restart_count"] = _int(env.get("TORCHELASTIC_RESTART_COUNT"))
-        return {"distributed": dict(sorted(self.info.items()))}
 
 
 def _constant(value: object) -> Callable[[object], object]:
@@ -598,65 +427,6 @@ def _is_root(bound: inspect.BoundArguments, role: str) -> bool:
     if in_group is not None:
         return bool(dist.get_rank(group) == in_group)
     return bool(dist.get_rank() == bound.arguments.get(role))
-
-
-def _reduction_not_redone(ddp: Any) -> str:
-    """Why DDP's own reduction cannot be redone as a hook for ``ddp`` (see
-    ``ddp_reduction.py``), or ""."""
-    if getattr(ddp, "gradient_as_bucket_view", False):
-        return (
-            "gradient_as_bucket_view=True (DDP's reduction then depends on views a hook cannot see)"
-        )
-    join = getattr(ddp, "_join_config", None)
-    if join is not None and join.enable and not ddp._divide_by_initial_world_size:
-        return "Join(divide_by_initial_world_size=False) divides by the ranks still joined"
-    return ""
-
-
-def _python_equivalent(hook_type: object) -> Callable[..., Any]:
-    """torch's Python hook for a built-in C++ one (``BuiltinCommHookType``)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    if "FP16" in str(hook_type):
-        return default_hooks.fp16_compress_hook
-    return default_hooks.allreduce_hook
-
-
-def _ddp_settings(ddp: Any) -> dict[str, object]:
-    """What DDP was built with that changes its buckets, buffers or reduction."""
-    settings = {
-        name: _plain(getattr(ddp, name, None))
-        for name in (
-            "broadcast_buffers",
-            "find_unused_parameters",
-            "static_graph",
-            "gradient_as_bucket_view",
-        )
-    }
-    cap = getattr(ddp, "bucket_bytes_cap", None)
-    settings["bucket_cap_mb"] = cap / 2**20 if isinstance(cap, int) else _plain(cap)
-    return settings
-
-
-def _plain(value: object) -> object:
-    """JSON-friendly settings: a timeout in seconds, everything else as text."""
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return value if isinstance(value, (int, float, str, bool, type(None))) else repr(value)
-
-
-def _launched_rank() -> bool:
-    """Whether ``RANK`` is this process's own (a launcher's, torchrun's). A multiprocessing
-    child inherited its parent's ``RANK`` as every sibling did (``RANK=0`` exported, then
-    ``mp.spawn``): it is not the child's rank (the file is named so too: ``Session._file_path``).
-
-    >>> # torchrun worker: True; mp.spawn child of a shell with RANK=0 exported: False
-    """
-    return "RANK" in os.environ and multiprocessing.parent_process() is None
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.lstrip("-").isdigit() else None
 
 
 def install(

@@ -37,7 +37,6 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -50,48 +49,21 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from divergence.fingerprint import Fingerprint
 from divergence.frameworks.adapter import OpZoom
 from divergence.frameworks.torch.calls import encode_call
-from divergence.frameworks.torch.fingerprint import (
-    FingerprintCache,
-    dtype_name,
-    to_host,
+from divergence.frameworks.torch.fingerprint import FingerprintCache, to_host
+from divergence.frameworks.torch.op_info import (
+    OpInfo,
+    op_inputs,
+    same_memory,
+    skip_record,
+    storage_of,
+    tensors_in,
+    written_by,
 )
+from divergence.frameworks.torch.recorder import TorchRecorder
 from divergence.record.session import Session
 from divergence.store.schema import OVERWRITTEN, WRITTEN_BUFFER, Kind, Phase
 
 OP_INPUT, OP_OUTPUT = Kind.OP_INPUT, Kind.OP_OUTPUT  # read per op: module constants
-# Ops whose outputs are uninitialised memory (op packet names).
-UNINITIALISED = frozenset(
-    {
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "empty_permuted",
-        "new_empty",
-        "new_empty_strided",
-        "resize_",
-        "resize_as_",
-        "_empty_affine_quantized",
-        "_empty_per_channel_affine_quantized",
-    }
-)
-
-# In-place ops that overwrite every element of the argument they write without reading it
-# (op packet names): its old contents never matter, and may be another run's leftover memory.
-OVERWRITES = frozenset(
-    {
-        "copy_",
-        "fill_",
-        "zero_",
-        "uniform_",
-        "normal_",
-        "bernoulli_",
-        "random_",
-        "exponential_",
-        "geometric_",
-        "cauchy_",
-        "log_normal_",
-    }
-)
 
 
 class OpRecorder(OpZoom):
@@ -100,7 +72,7 @@ class OpRecorder(OpZoom):
     ``recorder`` is the module-level :class:`TorchRecorder` (its module stack and names).
     """
 
-    def __init__(self, session: Session, recorder: Any) -> None:
+    def __init__(self, session: Session, recorder: TorchRecorder) -> None:
         super().__init__(session)
         self.recorder = recorder
         self.mode = _Mode(self)
@@ -115,7 +87,7 @@ class OpRecorder(OpZoom):
         self.garbage: set[int] = set()  # storage pointers of uninitialised memory
         # Shared with the module recorder: a module's output is the last op's output.
         self.cache: FingerprintCache = recorder.cache
-        self.op_info: dict[int, _OpInfo] = {}
+        self.op_info: dict[int, OpInfo] = {}
 
     # --- installation ---------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
@@ -127,11 +99,11 @@ class OpRecorder(OpZoom):
             self.undo.append(handle.remove)
         # The recorder's own tensor work must not appear as ops: pause around it.
         self.pause_session_work()
-        self.patch(r, "_add", self.paused_call)
-        r.region_listeners.append(self._compiled_region)
-        self.undo.append(lambda: r.region_listeners.remove(self._compiled_region))
-        r.module_listeners.append(self._module_boundary)
-        self.undo.append(lambda: r.module_listeners.remove(self._module_boundary))
+        self.patch(r.records, "add", self.paused_call)
+        r.regions.listeners.append(self._compiled_region)
+        self.undo.append(lambda: r.regions.listeners.remove(self._compiled_region))
+        r.calls.listeners.append(self._module_boundary)
+        self.undo.append(lambda: r.calls.listeners.remove(self._module_boundary))
         os.register_at_fork(after_in_child=self._after_fork)
         return self.remove
 
@@ -219,8 +191,12 @@ class OpRecorder(OpZoom):
         after another continues the step the first one closed, as the module recorder's
         records of that update do (:meth:`Session.begin_optimizer_event`); an optimizer
         stepping again (LBFGS) and every other op open the next step if none is open."""
-        r = self.recorder
-        if phase is Phase.OPTIMIZER and r.stepping and r.stepping[-1] not in r.stepped_this_step:
+        steps = self.recorder.steps
+        if (
+            phase is Phase.OPTIMIZER
+            and steps.stepping
+            and steps.stepping[-1] not in steps.stepped_this_step
+        ):
             return self.session.begin_optimizer_event
         return self.session.begin_event
 
@@ -255,10 +231,10 @@ class OpRecorder(OpZoom):
             s.fail(f"op {func}: {type(exc).__name__}: {exc}")
         return out
 
-    def _info(self, func: Any) -> _OpInfo:
+    def _info(self, func: Any) -> OpInfo:
         info = self.op_info.get(id(func))
         if info is None:
-            info = self.op_info[id(func)] = _OpInfo.of(func)
+            info = self.op_info[id(func)] = OpInfo.of(func)
         return info
 
     def _after_view(
@@ -268,9 +244,9 @@ class OpRecorder(OpZoom):
         are views by schema but return a copy when they must (under ``inference_mode`` they
         reach the mode whole). A copy is recorded like any op; its inputs are read after it
         ran, which is safe because a view op writes nothing."""
-        outputs = _tensors(out)
-        base = _storage(args[0]) if args and isinstance(args[0], torch.Tensor) else None
-        if base is not None and all(_storage(t) == base for t in outputs):
+        outputs = tensors_in(out)
+        base = storage_of(args[0]) if args and isinstance(args[0], torch.Tensor) else None
+        if base is not None and all(storage_of(t) == base for t in outputs):
             if len(outputs) == 1:
                 self._pass_on_alias(args[0], outputs[0])
             return
@@ -286,11 +262,11 @@ class OpRecorder(OpZoom):
         written in place: the view gets the base's version counter after the op returns, so a
         later look-up misses then, and the reader hashes.)"""
         fingerprint = self.cache.peek(base)
-        if fingerprint is not None and _same_memory(view, base):
+        if fingerprint is not None and same_memory(view, base):
             self.cache.put(view, fingerprint)
 
     def before(
-        self, func: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, func: Any, info: OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> _Plan | None:
         """Record the op's inputs (before it runs: an in-place op overwrites them)."""
         s = self.session
@@ -298,8 +274,8 @@ class OpRecorder(OpZoom):
         name = self.record_name(module, func)
         if not self._opens(phase)() or not s.wants(name):
             return None
-        inputs = _call_tensors(args, kwargs)
-        written = _written(info, args, kwargs) if info.written else []
+        inputs = op_inputs(args, kwargs)
+        written = written_by(info, args, kwargs) if info.written else []
         dump = s.wants_dump(name)
         note = encode_call(func, args, kwargs) if dump and inputs else ""
         written_ids = {id(w) for w in written} if written else ()
@@ -320,21 +296,21 @@ class OpRecorder(OpZoom):
     def after(self, plan: _Plan, func: Any, out: Any) -> None:
         s, phase, name, info = self.session, plan.phase, plan.name, plan.info
         note = plan.note  # the call, when no input could carry it
-        for slot, t in enumerate(_tensors(out)):
+        for slot, t in enumerate(tensors_in(out)):
             if info.uninitialised:
-                self.garbage.add(_storage(t))
+                self.garbage.add(storage_of(t))
                 reason = f"uninitialised memory ({func}): not compared"
-                s.add(phase, Kind.OP_OUTPUT, name, _skip(t, reason), slot)
+                s.add(phase, Kind.OP_OUTPUT, name, skip_record(t, reason), slot)
                 continue
             if self.garbage:
-                self.garbage.discard(_storage(t))  # freshly written (or written in place)
+                self.garbage.discard(storage_of(t))  # freshly written (or written in place)
             if not self._add(
                 phase, OP_OUTPUT, name, t, slot, plan.dump, not info.mutable, note
             ).skipped:
                 note = ""
         if self.garbage:
             for t in plan.written:
-                self.garbage.discard(_storage(t))
+                self.garbage.discard(storage_of(t))
 
     def _add(
         self,
@@ -351,10 +327,10 @@ class OpRecorder(OpZoom):
     ) -> Fingerprint:
         s = self.session
         reason = OVERWRITTEN if overwritten else ""
-        if self.garbage and _storage(t) in self.garbage:
+        if self.garbage and storage_of(t) in self.garbage:
             reason = WRITTEN_BUFFER if written else "uninitialised memory: not compared"
         if reason:
-            skipped = _skip(t, reason)
+            skipped = skip_record(t, reason)
             s.add(phase, kind, name, skipped, slot)
             return skipped
         fingerprint = self.cache.get(t, cached)
@@ -373,42 +349,12 @@ class _Mode(TorchDispatchMode):
         return self.owner.dispatch(func, args, kwargs or {})
 
 
-@dataclass(frozen=True, slots=True)
-class _OpInfo:
-    """What the recorder needs to know of an op overload (learnt once per overload)."""
-
-    mutable: bool  # writes an argument in place
-    view: bool  # its output aliases an input
-    uninitialised: bool  # its output is uninitialised memory
-    written: tuple[tuple[int, str], ...]  # (position, name) of each argument it writes
-    overwrites: bool  # it overwrites what it writes whole, without reading it
-    # a profiler mark (``record_function``, which Optimizer.step and DataLoader emit): it takes
-    # and makes no tensor, and must not open a step (it runs before an optimizer's pre-hooks)
-    marker: bool
-
-    @classmethod
-    def of(cls, func: Any) -> _OpInfo:
-        schema = func._schema
-        return cls(
-            mutable=schema.is_mutable,
-            view=func.is_view,
-            uninitialised=func.overloadpacket.__name__ in UNINITIALISED,
-            overwrites=func.overloadpacket.__name__ in OVERWRITES,
-            marker=func.namespace == "profiler",
-            written=tuple(
-                (index, argument.name)
-                for index, argument in enumerate(schema.arguments)
-                if argument.alias_info is not None and argument.alias_info.is_write
-            ),
-        )
-
-
 class _Plan(NamedTuple):
     """What :meth:`OpRecorder.before` decided for one op call."""
 
     phase: Phase
     name: str
-    info: _OpInfo
+    info: OpInfo
     written: list[torch.Tensor]  # tensor arguments of an in-place op
     dump: bool
     note: str  # the call (dumps), not yet stored: every input was skipped
@@ -459,79 +405,6 @@ class NodeOwners:
         self.modules.clear()
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors in ``value``: a tensor, or lists and tuples of anything, in order.
-
-    >>> t = torch.zeros(1)
-    >>> len(_tensors([t, 3, (t, None), [1, 2]]))
-    2
-    """
-    if isinstance(value, torch.Tensor):
-        return [value]
-    found: list[torch.Tensor] = []
-    if isinstance(value, (tuple, list)):
-        _collect(value, found)
-    return found
-
-
-def _collect(values: tuple[Any, ...] | list[Any], found: list[torch.Tensor]) -> None:
-    # a loop, not a generator per element: ops take lists of ints (strides, padding)
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            found.append(value)
-        elif isinstance(value, (tuple, list)):
-            _collect(value, found)
-
-
-def _call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-    """The tensor arguments in order; ``out=`` buffers are left out (their old contents are
-    not an input, and are often uninitialised)."""
-    found = [a for a in args if isinstance(a, torch.Tensor)]
-    if len(found) != len(args):  # lists of tensors, or non-tensor arguments
-        found = _tensors(args)
-    for key, value in kwargs.items():
-        if not key.startswith("out"):
-            found.extend(_tensors(value))
-    return found
-
-
-def _written(info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    """The tensors an in-place op writes (``self`` of ``add_``; its schema's ``a!``)."""
-    written: list[Any] = []
-    for index, key in info.written:
-        value = args[index] if index < len(args) else kwargs.get(key)
-        written.extend(_tensors(value))
-    return written
-
-
-def _same_memory(t: torch.Tensor, u: torch.Tensor) -> bool:
-    """Same memory, dtype, shape and strides (and the lazy conj/neg flags)."""
-    try:
-        return (
-            t.layout == torch.strided
-            and u.layout == torch.strided
-            and t.data_ptr() == u.data_ptr()
-            and t.dtype == u.dtype
-            and t.shape == u.shape
-            and t.stride() == u.stride()
-            and t.is_conj() == u.is_conj()
-            and t.is_neg() == u.is_neg()
-        )
-    except RuntimeError:  # a tensor without storage: no alias to speak of
-        return False
-
-
-def _storage(t: torch.Tensor) -> int:
-    try:
-        return int(t.untyped_storage().data_ptr())
-    except (RuntimeError, NotImplementedError):
-        return -1
-
-
-def _skip(t: torch.Tensor, reason: str) -> Fingerprint:
-    return Fingerprint.skip(dtype_name(t.dtype), tuple(t.shape), reason)
-
-
-def install(session: Session, recorder: Any) -> Callable[[], None]:
+def install(session: Session, recorder: TorchRecorder) -> Callable[[], None]:
     """Add the op-level zoom to a module-level ``recorder`` (``--granularity op``)."""
     return OpRecorder(session, recorder).install()

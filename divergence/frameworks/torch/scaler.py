@@ -16,11 +16,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import torch
 from torch.amp import grad_scaler
 
+from divergence.frameworks.torch.steps import OptimizerSteps
 from divergence.record.hyperparameters import GroupSettings
-from divergence.record.labels import ClassLabels
 from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 
@@ -30,10 +29,7 @@ class Host(Protocol):
     imports this module: named by its parts, so that the import points one way)."""
 
     session: Session
-    optimizer_labels: ClassLabels
-    optimizer_steps: int
-    compiled_steps: list[torch.optim.Optimizer]
-    stepping: list[int]
+    steps: OptimizerSteps
     group_settings: GroupSettings
 
     def patch(
@@ -65,10 +61,11 @@ def _wrap_scale(recorder: Host, original: Callable[..., Any]) -> Callable[..., A
 def _wrap_step(recorder: Host, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        taken = recorder.optimizer_steps
+        steps = recorder.steps
+        taken = steps.optimizer_steps
         result = original(scaler, optimizer, *args, **kwargs)
         # (a compiled optimizer.step() is counted later, when its region is settled)
-        stepped = recorder.optimizer_steps != taken or recorder.compiled_steps
+        stepped = steps.optimizer_steps != taken or steps.compiled_steps
         if not stepped and scaler.is_enabled():
             recorder.guarded_call(skipped, recorder)
         return result
@@ -79,7 +76,7 @@ def _wrap_step(recorder: Host, original: Callable[..., Any]) -> Callable[..., An
 def record_state(recorder: Host, scaler: Any) -> None:
     """The state ``scale()`` used, as ``GradScaler`` settings (a device tensor is not read)."""
     s = recorder.session
-    name = recorder.optimizer_labels.of(scaler)
+    name = recorder.steps.optimizer_labels.of(scaler)
     if not (s.wants(name) and s.begin_event()):
         return
     state = {
@@ -95,5 +92,5 @@ def record_state(recorder: Host, scaler: Any) -> None:
 
 def skipped(recorder: Host) -> None:
     """``GradScaler.step()`` skipped ``optimizer.step()``: the training step ends here."""
-    if not recorder.stepping:
+    if not recorder.steps.stepping:
         recorder.session.optimizer_stepped()

@@ -1,0 +1,118 @@
+"""Parameters written by other code than an optimizer step: clipping, ``p.copy_()``,
+``load_state_dict``, an EMA update, the best weights loaded back at the end. Found by version
+counter (a write through ``p.data`` does not move it and is not seen), recorded where the write
+is named: before the forward that reads it, at ``divergence.step()``, or at exit.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+
+import torch
+
+from divergence.fingerprint import Fingerprint
+from divergence.frameworks.adapter import Instrumentation
+from divergence.frameworks.torch.compiled import run_uncompiled
+from divergence.frameworks.torch.fingerprint import fingerprint_tensor
+from divergence.frameworks.torch.naming import ModuleTree
+from divergence.frameworks.torch.records import Records
+from divergence.frameworks.torch.steps import OptimizerSteps
+from divergence.store.schema import Phase
+
+
+class ParameterWrites:
+    """Looks for writes at a model call, at an explicit step and at exit."""
+
+    def __init__(
+        self,
+        recorder: Instrumentation,
+        records: Records,
+        tree: ModuleTree,
+        steps: OptimizerSteps,
+    ) -> None:
+        self.recorder = recorder
+        self.session = recorder.session
+        self.records = records
+        self.params = records.params
+        self.tree = tree
+        self.steps = steps
+        # parameters a freed model held, written since their last record: by id, (name, their
+        # fingerprint when the model was freed), for the end of the recording
+        self.freed_writes: dict[int, tuple[str, Fingerprint]] = {}
+
+    def add_written_parameters(self, root: torch.nn.Module) -> None:
+        """The root's parameters written since they were last recorded by other code than an
+        optimizer step, recorded before the forward that reads them so that compare names the
+        write instead of a module. Not looked for inside an optimizer step (LBFGS's closure
+        runs the model after the optimizer's own writes), nor outside ``--steps``: a write
+        made there shows at the first recorded call."""
+        if self.steps.stepping or not self.session.begin_event():
+            return
+        for name, param in self.params.read_by(root):
+            self.records.add_if_written(Phase.FORWARD, name, param)
+        for name, param in self.steps.bare_parameters():  # (which model reads them: unknown)
+            self.records.add_if_written(Phase.FORWARD, name, param)
+
+    def add_updated_parameters(self) -> None:
+        """At ``divergence.step()``: the parameters the step's own code wrote (a manual
+        update, ``p -= lr * p.grad``), in the optimizer phase, as an optimizer's are after its
+        step. Else a write in the last step would never be recorded: no model call follows."""
+        if self.steps.stepping or not self.session.recording:
+            return
+        for root in self.tree.live_roots():
+            for name, param in self.params.read_by(root):
+                self.records.add_if_written(Phase.OPTIMIZER, name, param)
+
+    def add_written_at_exit(self) -> None:
+        """As the process ends: the parameters the program wrote after its last optimizer
+        step (the best epoch's weights loaded back, an EMA or SWA average swapped in), noted
+        :data:`~divergence.store.schema.WRITTEN_AT_EXIT` and appended to that step. No model
+        call follows such a write: two runs that end with other weights would compare
+        identical. (Written by the program's own code, inside --steps, not through ``.data``.)"""
+        if not self.steps.stepping:
+            self.recorder.write_at_exit(self._written_at_exit)
+
+    def _written_at_exit(self) -> Iterable[tuple[str, Fingerprint]]:
+        written = dict(self.freed_writes)
+        for root in self.tree.live_roots():
+            for name, param in self.params.read_by(root):
+                if id(param) not in written:
+                    fingerprint = self._written_since_stepped(name, param)
+                    if fingerprint is not None:
+                        written[id(param)] = (name, fingerprint)
+        return written.values()
+
+    def watch_freed(self, root: torch.nn.Module) -> None:
+        """When ``root`` is freed, fingerprint its parameters written since their last record
+        (:attr:`freed_writes`): a ``main()`` that loads the best weights back and returns frees
+        its model before the process ends. The finalizer holds the parameter tables of the
+        root's modules (each lives as long as its module), never the root."""
+        tables = [module._parameters for module in root.modules()]
+        note = self.recorder.guard(self._note_freed_writes)
+        finalizer = weakref.finalize(root, run_uncompiled, note, tables)
+        finalizer.atexit = False  # (at exit, :meth:`add_written_at_exit` looks at live roots)
+        self.recorder.undo.append(lambda: finalizer.detach() and None)
+
+    def _note_freed_writes(self, tables: list[dict[str, torch.Tensor | None]]) -> None:
+        """(Run by the garbage collector, at any point of the program: it only reads the
+        parameters and notes their fingerprints; recording them waits for the end.)"""
+        for table in tables:
+            for param in list(table.values()):
+                name = None if param is None else self.params.names.get(id(param))
+                if param is None or name is None or id(param) in self.freed_writes:
+                    continue
+                fingerprint = self._written_since_stepped(name, param)
+                if fingerprint is not None:
+                    self.freed_writes[id(param)] = (name, fingerprint)
+
+    def _written_since_stepped(self, name: str, param: torch.Tensor) -> Fingerprint | None:
+        """The fingerprint of a parameter the last step's optimizers updated and the program
+        wrote since, with other bits than its last record's; else None (a model of a sweep
+        trained before the last one is not the training's end state)."""
+        if id(param) not in self.steps.last_stepped or not self.params.moved(param):
+            return None
+        if not self.session.wants(name):
+            return None
+        fingerprint = fingerprint_tensor(param)
+        return None if fingerprint.value == self.params.prints.get(id(param)) else fingerprint
