@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from divergence.fingerprint import Fingerprint
+from divergence.record.labels import ClassLabels
 from divergence.record.restores import RestoreLog
 from divergence.record.rng import HostGenerators, numpy_state, python_state
 from divergence.record.session import Session
@@ -36,6 +37,7 @@ class Instrumentation:
         self.undo: list[Callable[[], None]] = []
         self.host_generators = HostGenerators()  # python's and numpy's, read at every step start
         self.restores = RestoreLog(session)  # generator states the program restores
+        self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of an optimizer's records
 
     def install(self) -> Callable[[], None]:
         """Install every hook and patch; returns :meth:`remove`."""

@@ -24,7 +24,7 @@ import functools
 import inspect
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from fnmatch import fnmatchcase
 from types import ModuleType
 from typing import Any
@@ -70,7 +70,6 @@ from divergence.frameworks.tensorflow.values import (
     to_host,
 )
 from divergence.record.hyperparameters import GroupSettings
-from divergence.record.labels import ClassLabels
 from divergence.record.session import Session
 from divergence.store.schema import (
     EDITED_AFTER_TAPE,
@@ -81,7 +80,6 @@ from divergence.store.schema import (
     LOSS_INPUTS,
     MAX_DIMS,
     UNREAD_AT_TRACE,
-    WRITTEN_AT_EXIT,
     Kind,
     Phase,
     with_key,
@@ -151,7 +149,6 @@ class KerasRecorder(Instrumentation):
         # drops the tape's list) until apply_gradients() or the next step
         self.tape_gradient_of: dict[int, Any] = {}
         self.tapes_this_step = 0  # tape.gradient() calls since the step began, in any context
-        self.optimizer_labels = ClassLabels()  # Adam, Adam#1: names of their settings
         # layer name -> when its last call returned (a count): gradients are recorded in the
         # reverse of that order, the order a backward pass computes them in
         self.returned: dict[str, int] = {}
@@ -918,24 +915,19 @@ class KerasRecorder(Instrumentation):
         the torch recorder does: no layer call follows such a write, and two runs that end with
         other weights would compare identical. A variable freed before the end (a ``main()``
         that returned) is seen as its last ``fit()`` ended. One host copy for all."""
+        self.write_at_exit(self._written_at_exit)
+
+    def _written_at_exit(self) -> Iterable[tuple[str, Fingerprint]]:
         names = list(self.updated)
         recorded = _resolved([self.updated[name] for name in names])
         live = {n: v for n in names if (v := _alive(self.updated_variables.get(n))) is not None}
         prints = _host_fingerprints([read_variable(v) for v in live.values()])
         now = {**self.fit_end_writes, **dict(zip(live, prints, strict=True))}
-        written = {
-            name: now[name]
+        return [
+            (name, now[name])
             for name, value in zip(names, recorded, strict=True)
             if isinstance(value, int) and name in now and now[name].value != value
-        }
-        s = self.session
-        begin = s.open_at_exit() if written else None
-        if begin is None:
-            return
-        for name, fingerprint in sorted(written.items()):
-            if begin():
-                s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)
-        s.close_continued_step()
+        ]
 
     def _record_weights_written_since_fit(self, model: Any) -> None:
         """The model's variables written since their last record as its last ``fit()`` ended

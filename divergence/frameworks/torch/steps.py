@@ -21,7 +21,6 @@ from divergence.frameworks.torch.fingerprint import FingerprintCache
 from divergence.frameworks.torch.naming import ModuleTree
 from divergence.frameworks.torch.records import Records
 from divergence.record.hyperparameters import GroupSettings
-from divergence.record.labels import ClassLabels
 from divergence.store.schema import BARE_TENSOR, Kind, Phase
 
 
@@ -43,7 +42,7 @@ class OptimizerSteps:
         self.tree = tree
         self.group_settings = group_settings
         self.state_labels: dict[tuple[str, object], str] = {}
-        self.optimizer_labels = ClassLabels()  # Adam, Adam#1, GradScaler: names of their records
+        self.optimizer_labels = recorder.optimizer_labels  # (GradScaler's records use it too)
         self.optimizer_steps = 0  # optimizer.step() calls that returned
         # ids of the optimizers whose step() is running, outermost first: LBFGS calls the
         # model inside its own, ZeroRedundancyOptimizer another optimizer's step
