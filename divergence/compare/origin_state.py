@@ -188,7 +188,7 @@ COMPUTED_KINDS = {
 }
 
 
-# a LossScaleOptimizer's scale, recorded as its loss is scaled (frameworks/tensorflow/recorder.py)
+# a LossScaleOptimizer's scale, recorded as its loss is scaled (frameworks/tensorflow/apply.py)
 LOSS_SCALE = ".loss_scale"
 
 

@@ -15,6 +15,7 @@ layer is renamed by its class and its occurrence among its siblings, a user-chos
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Any
 
 from keras.src.utils.naming import to_snake_case
@@ -127,3 +128,74 @@ def _slot_prefix(variable: Any) -> str:
     if hasattr(variable, "path"):
         return str(variable.path).replace("/", "_") + "_"
     return str(variable.name).replace("/", "_").replace(":", "_") + "_"
+
+
+class LayerTree:
+    """The names of the layers and variables of every model called as a root, held weakly (a
+    freed layer's id can be a new one's). ``stack`` is the running layers' names, innermost
+    last: a layer built on the fly in a forward is named under the layer that runs it."""
+
+    def __init__(self, stack: list[str]) -> None:
+        self.stack = stack
+        self.layer_names: dict[int, tuple[weakref.ref[Any], str]] = {}
+        self.roots: list[tuple[weakref.ref[Any], str]] = []
+        self.var_names: dict[int, str] = {}
+
+    def name_of(self, layer: Any, root: bool) -> str:
+        entry = self.layer_names.get(id(layer))
+        if entry is not None and entry[0]() is layer:
+            return entry[1]
+        if root:
+            return self.adopt_root(layer)
+        self.rename_roots()  # the tree may have grown since (layers built in a first call)
+        entry = self.layer_names.get(id(layer))
+        if entry is not None and entry[0]() is layer:
+            return entry[1]
+        name = f"{self.stack[-1]}.<{type(layer).__name__}>"  # built on the fly in a forward
+        self.layer_names[id(layer)] = (weakref.ref(layer), name)
+        return name
+
+    def adopt_root(self, root: Any) -> str:
+        name = self.root_name(root)
+        self.roots.append((weakref.ref(root), name))
+        self.name_tree(root, name)
+        return name
+
+    def rename_roots(self) -> None:
+        for ref, name in self.roots:
+            root = ref()
+            if root is not None:
+                self.name_tree(root, name)
+
+    def name_tree(self, root: Any, name: str) -> None:
+        layers = {id(layer): layer for layer in root._flatten_layers(include_self=True)}
+        for layer_id, layer_name in layer_names(root, name).items():
+            known = self.layer_names.get(layer_id)
+            if layer_id in layers and (known is None or known[0]() is None):
+                self.layer_names[layer_id] = (weakref.ref(layers[layer_id]), layer_name)
+        self.var_names.update(
+            {k: v for k, v in variable_names(root, name).items() if k not in self.var_names}
+        )
+
+    def var_name(self, variable: Any) -> str:
+        name = self.var_names.get(id(variable))
+        if name is None:
+            self.rename_roots()
+            name = self.var_names.get(id(variable))
+        if name is None:  # not under any model this recorder saw: Keras' own (unstable) path
+            name = self.var_names[id(variable)] = f"?{getattr(variable, 'path', variable.name)}"
+        return name
+
+    def root_name(self, model: Any) -> str:
+        """The name the model has as a root, or would get as the next one."""
+        for ref, name in self.roots:
+            if ref() is model:
+                return name
+        label = root_label(model)
+        return label if not self.roots else f"{label}#{len(self.roots)}"
+
+    def is_root(self, model: Any) -> bool:
+        return any(ref() is model for ref, _ in self.roots)
+
+    def live_roots(self) -> list[Any]:
+        return [root for ref, _ in self.roots if (root := ref()) is not None]

@@ -35,7 +35,8 @@ from tensorflow.python.framework import op_callbacks
 
 from divergence.frameworks.adapter import OpZoom
 from divergence.frameworks.tensorflow.fingerprint import readable
-from divergence.frameworks.tensorflow.recorder import EAGER, GRAPH, KerasRecorder
+from divergence.frameworks.tensorflow.recorder import KerasRecorder
+from divergence.frameworks.tensorflow.records import EAGER, GRAPH
 from divergence.frameworks.tensorflow.table import ProbeSpec
 from divergence.record.session import Session
 from divergence.store.schema import MAX_DIMS, Kind, Phase
@@ -70,10 +71,15 @@ class TfOpRecorder(OpZoom):
         op_callbacks.add_op_callback(self.callback)
         self.undo.append(lambda: op_callbacks.remove_op_callback(self.callback))
         # The recorder's own tensor work must not show up as ops.
-        for attr in ("record", "eager_fingerprint", "drain", "_record_init"):
-            self.patch(r, attr, self.paused_call)
+        for owner, attr in (
+            (r.records, "record"),
+            (r.records, "eager_fingerprint"),
+            (r.functions, "drain"),
+            (r.layers, "record_init"),
+        ):
+            self.patch(owner, attr, self.paused_call)
         for attr in ("probe", "event"):  # every graph probe goes through the table
-            self.patch(r.table, attr, self.paused_call)
+            self.patch(r.records.table, attr, self.paused_call)
         self.pause_session_work()  # generator states are read with TF ops
         # TensorFlow calls the gradient function it registered from C++: register a wrapper.
         pywrap_tfe.TFE_Py_RegisterGradientFunction(self._gradient_function)
@@ -142,7 +148,7 @@ class TfOpRecorder(OpZoom):
         return None  # the outputs stay the op's own
 
     def _record_op(self, op_type: str, inputs: Any, outputs: Any, graph: Any) -> None:
-        mode = self.recorder.mode()
+        mode = self.recorder.records.mode()
         if mode is None or (mode == EAGER and not self.session.recording):
             return
         phase, module = self._where(graph)
@@ -158,11 +164,12 @@ class TfOpRecorder(OpZoom):
 
     def _where(self, graph: Any) -> tuple[Phase, str]:
         r = self.recorder
-        if r.in_apply:
-            return Phase.OPTIMIZER, r.optimizer_name
+        if r.apply.in_apply:
+            return Phase.OPTIMIZER, r.apply.optimizer_name
         if self.backward:
             return Phase.BACKWARD, self.backward[-1]
-        module = r.stack[-1] if r.stack else ""
+        stack = r.tree.stack
+        module = stack[-1] if stack else ""
         if module:
             scope = graph.get_name_scope() if graph is not None else tf.get_current_name_scope()
             if scope:
@@ -175,16 +182,16 @@ class TfOpRecorder(OpZoom):
 
     def _probe(self, mode: str, phase: Phase, kind: Kind, name: str, tensors: Any) -> None:
         """One row per readable tensor; slot = its position among all of them."""
-        s, r = self.session, self.recorder
+        s, records = self.session, self.recorder.records
         for slot, t in enumerate(tensors):
             if not isinstance(t, tf.Tensor) or not readable(t) or t.shape.rank > MAX_DIMS:
                 continue  # handles and variants: no bits
             if mode == EAGER:
-                s.add(phase, kind, name, r.eager_fingerprint(t), slot)
+                s.add(phase, kind, name, records.eager_fingerprint(t), slot)
             elif mode == GRAPH:
-                r.note(GRAPPLER_NOTE)
+                records.note(GRAPPLER_NOTE)
                 spec = ProbeSpec(phase, kind, name, slot, t.dtype.name, t.shape.rank)
-                r.table.probe(spec, t)
+                records.table.probe(spec, t)
 
 
 def install(session: Session, recorder: KerasRecorder) -> Callable[[], None]:
