@@ -28,15 +28,16 @@ def torchrun(
     nproc: int = 2,
     env: Mapping[str, str] | None = None,
     expect: int | None = 0,
-    retry_on: str = "",
+    retry_on: str | None = None,
 ) -> Recording:
-    """``torchrun --standalone --nproc_per_node NPROC SCRIPT ARGS``, recorded."""
+    """``torchrun --standalone --nproc_per_node NPROC SCRIPT ARGS``, recorded; a run that must
+    succeed is recorded again after gloo's teardown race (:data:`GLOO_ABORT`) unless told."""
     command = (TORCHRUN_PATH, "--standalone", "--nproc_per_node", str(nproc), str(SCRIPTS / script))
     return Recording(
         (*command, *args),
         tuple(sorted((env or {}).items())),
         expect=expect,
-        retry_on=retry_on,
+        retry_on=(GLOO_ABORT if expect == 0 else "") if retry_on is None else retry_on,
     )
 
 
