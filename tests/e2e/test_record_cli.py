@@ -175,6 +175,7 @@ def test_the_training_dies_with_a_killed_launcher(tmp_path: Path, signum: int) -
     launcher = subprocess.Popen(
         [*command, sys.executable, str(SCRIPTS / "mlp.py"), "--steps", "1000000"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=_hangup_by_default,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -202,6 +203,12 @@ def test_the_training_dies_with_a_killed_launcher(tmp_path: Path, signum: int) -
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def _hangup_by_default() -> None:
+    """A hang-up ends the process, as in a terminal: under ``nohup`` (SIGHUP ignored, which a
+    child inherits) the training is meant to outlive its terminal."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _alive(pid: int) -> bool:
