@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import tensorflow  # noqa: F401  (installed by the Makefile: a missing one must fail, not skip)
 
 from tests.harness.recordings import KERAS_SAMPLE, Recorded, Recording, Recordings, recording
@@ -73,3 +74,15 @@ def weights(path: Path) -> list[bytes]:
 
     with np.load(path) as data:
         return [data[key].tobytes() for key in sorted(data, key=lambda k: int(k.split("_")[1]))]
+
+
+@pytest.fixture(scope="module")
+def made(request: pytest.FixtureRequest, recordings: Recordings) -> dict[str, Recorded]:
+    """The recordings of the test module's ``RUNS`` (name -> :class:`Recording`)."""
+    return make_runs(recordings, request.module.RUNS)
+
+
+@pytest.fixture(scope="module")
+def runs(made: dict[str, Recorded]) -> dict[str, Path]:
+    """The run folder of each of the test module's ``RUNS``."""
+    return {name: one.run for name, one in made.items()}

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.harness.cli import compare_json
-from tests.harness.recordings import Recorded, Recording, Recordings
-from tests.tensorflow.conftest import keras_run, make_runs
+from tests.harness.recordings import Recorded, Recording
+from tests.tensorflow.conftest import keras_run
 
 SCRIPT = "keras_evaluate.py"
 NOISE = "keras_noise.py"
@@ -40,17 +38,6 @@ RUNS: dict[str, Recording] = {
     "sgd": keras_run(MIXED_PRECISION),
     "mixed": keras_run(MIXED_PRECISION, env={"MIXED": "1"}),
 }
-
-
-@pytest.fixture(scope="module")
-def made(recordings: Recordings) -> dict[str, Recorded]:
-    return make_runs(recordings, RUNS)
-
-
-@pytest.fixture(scope="module")
-def runs(made: dict[str, Recorded]) -> dict[str, Path]:
-    """The run folder of each of :data:`RUNS`."""
-    return {name: one.run for name, one in made.items()}
 
 
 def test_evaluation_passes_are_named(runs: dict[str, Path]) -> None:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from divergence.store.run import Run
 from divergence.store.schema import Kind, Phase
 from tests.harness.cli import compare_json
-from tests.harness.recordings import Recorded, Recording, Recordings
-from tests.tensorflow.conftest import make_runs, train_keras, weights
+from tests.harness.recordings import Recorded, Recording
+from tests.tensorflow.conftest import train_keras, weights
 
 OP = ("--granularity", "op")
 EAGER = ("--loop", "eager", "--model", "sequential")
@@ -22,17 +20,6 @@ RUNS: dict[str, Recording] = {
     "eager_flip": train_keras(*EAGER, "--flip-step", "2", options=OP),
     "eager_plain": train_keras(*EAGER, "--save", "{dir}/eager_plain.npz", plain=True),
 }
-
-
-@pytest.fixture(scope="module")
-def made(recordings: Recordings) -> dict[str, Recorded]:
-    return make_runs(recordings, RUNS)
-
-
-@pytest.fixture(scope="module")
-def runs(made: dict[str, Recorded]) -> dict[str, Path]:
-    """The run folder of each of :data:`RUNS`."""
-    return {name: one.run for name, one in made.items()}
 
 
 def records(path: Path) -> list[tuple[str, str, str]]:

@@ -16,7 +16,7 @@ from divergence.store.run import Run
 from divergence.store.schema import Kind, Phase, Status
 from tests.harness.cli import compare_json, run_cli
 from tests.harness.recordings import Recorded, Recording, Recordings
-from tests.tensorflow.conftest import keras_run, make_run, make_runs, train_keras, weights
+from tests.tensorflow.conftest import keras_run, make_run, train_keras, weights
 
 FLIP = ("--flip-step", "2")
 DUMP = ("--dump-steps", "2:3", "--dump-include", "functional.flip")  # full tensors in-graph
@@ -75,17 +75,6 @@ def first_difference(a: Path, b: Path) -> dict[str, Any]:
 def place(first: dict[str, Any]) -> tuple[Any, ...]:
     """(step, phase, kind, location) of a divergence."""
     return first["step"], first["phase"], first["kind"], first["location"]
-
-
-@pytest.fixture(scope="module")
-def made(recordings: Recordings) -> dict[str, Recorded]:
-    return make_runs(recordings, RUNS)
-
-
-@pytest.fixture(scope="module")
-def runs(made: dict[str, Recorded]) -> dict[str, Path]:
-    """The run folder of each of :data:`RUNS`."""
-    return {name: one.run for name, one in made.items()}
 
 
 def test_two_records_of_the_same_script_are_identical(runs: dict[str, Path]) -> None:
