@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from divergence.errors import RecordError, UsageError
 from divergence.record.config import GRANULARITIES, RecordConfig, StepRange
-from divergence.record.process import activate, active, deactivate, describe_exception
+from divergence.record.process import active, deactivate, describe_exception
 from divergence.record.session import Session
 
 T = TypeVar("T")
@@ -75,7 +75,7 @@ class Recorder:
         self._replaced: Path | None = None  # the run --force set aside (launcher.prepare_output)
 
     def __enter__(self) -> Recorder:
-        from divergence.frameworks import attach
+        from divergence.frameworks import start
         from divergence.record.launcher import prepare_output
 
         if active() is not None:
@@ -86,13 +86,9 @@ class Recorder:
                 f"{output}: already exists", hint="record into another directory, or force=True"
             )
         self._replaced = prepare_output(output, self.force)
-        self.session = activate(Session(self.config, self.config.output))
-        # python's and numpy's states now: one never drawn from while recording is then known
-        # as such (an unseeded generator the run did not use is no cause; what was made
-        # before, the model's initial weights, may have drawn from it: compare keeps those)
-        self.session.note_host_generators()
-        self.session.host_generators_noted_by = "recorder"
-        self._detach = attach(self.session)
+        # the states noted are the Recorder's start, not the process's: what was made before
+        # (the model's initial weights) may have drawn from them, and compare keeps that
+        self.session, self._detach = start(self.config, rng_noted_by="recorder")
         return self
 
     def __exit__(

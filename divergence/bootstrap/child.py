@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
-from divergence.record.process import activate, active
-from divergence.record.session import Session
+from divergence.record.process import active
 
 
 def start() -> None:
@@ -17,13 +16,9 @@ def start() -> None:
     config = RecordConfig.from_env()
     if config is None or active() is not None:
         return
-    from divergence.frameworks import attach
+    from divergence.frameworks import start as start_session
 
-    session = activate(Session(config, config.output))
-    attach(session)
-    # before any of the program's code runs: compare tells a generator never drawn from (each
-    # of its recorded states is this one) from one that was
-    session.note_host_generators()
+    start_session(config)
     directory = os.environ.get(ENV_HANDSHAKE)
     if directory:
         hello = {"pid": os.getpid(), "argv": list(getattr(sys, "orig_argv", sys.argv))}

@@ -13,6 +13,8 @@ from types import ModuleType
 
 from divergence.frameworks.imports import when_imported
 from divergence.frameworks.numpy_probe import probe_numpy
+from divergence.record.config import RecordConfig
+from divergence.record.process import activate
 from divergence.record.session import Session
 
 # framework module -> adapter module exposing ``install(session) -> Callable[[], None]``
@@ -20,6 +22,22 @@ ADAPTERS = {
     "torch": "divergence.frameworks.torch",
     "tensorflow": "divergence.frameworks.tensorflow",
 }
+
+
+def start(config: RecordConfig, *, rng_noted_by: str = "") -> tuple[Session, Callable[[], None]]:
+    """The one start-up path, for the launcher's child and for ``divergence.Recorder``: make
+    the process's session, note python's and numpy's generator states before the program
+    draws from them, then instrument the frameworks. Returns the session and its detach.
+
+    ``rng_noted_by`` is stored with the run when the states are not the process's first
+    (``"recorder"``: at a Recorder's start).
+    """
+    session = activate(Session(config, config.output))
+    # compare tells a generator never drawn from (each recorded state is this one) from one
+    # that was
+    session.note_host_generators()
+    session.host_generators_noted_by = rng_noted_by
+    return session, attach(session)
 
 
 def attach(session: Session) -> Callable[[], None]:
