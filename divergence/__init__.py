@@ -33,5 +33,5 @@ def __getattr__(name: str) -> object:
     from divergence import api
 
     value = getattr(api, name)
-    globals()[name] = value  # (later lookups skip this function: probe() runs every step)
+    globals()[name] = value  # later lookups skip this function: probe() runs every step
     return value

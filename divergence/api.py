@@ -81,20 +81,20 @@ class Recorder:
         if active() is not None:
             raise RecordError("a recorder is already active in this process")
         output = Path(self.config.output)
-        if output.is_dir() and any(output.iterdir()) and not self.force:  # (no second run beside)
+        if output.is_dir() and any(output.iterdir()) and not self.force:  # no second run beside
             raise RecordError(
                 f"{output}: already exists", hint="record into another directory, or force=True"
             )
         self._replaced = prepare_output(output, self.force)
-        # the states noted are the Recorder's start, not the process's: what was made before
-        # (the model's initial weights) may have drawn from them, and compare keeps that
+        # the states are the Recorder's start, not the process's: compare keeps in mind that
+        # what was made before, such as initial weights, may have drawn from them
         self.session, self._detach = start(self.config, rng_noted_by="recorder")
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc is not None and self.session is not None:  # (ends the run: say inside which step)
+        if exc is not None and self.session is not None:  # it ends the run: say inside which step
             self.session.uncaught = describe_exception(type(exc), exc)
         try:
             deactivate()  # first: writing the last step may need the framework's resolvers
@@ -160,9 +160,8 @@ def probe(value: T, name: str) -> T:
 def step() -> None:
     """Mark the end of a training step, for loops without an optimizer.
 
-    Once called, it is the step boundary for the rest of the run: optimizer steps no longer
-    end steps (a loop that calls both would otherwise count each twice). Outside a recorder it
-    does nothing."""
+    Once called, it is the only step boundary for the rest of the run: optimizer steps stop
+    ending steps, so a loop calling both counts each once. Outside a recorder it does nothing."""
     session = active()
     if session is not None:
         session.explicit_step()

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import signal
 
-# What limits a run recorded with ``keras_backend: "torch"`` in its metadata: said by record and
-# compare.
-# what programs write to their weights after training (compare's reading of a record noted
-# WRITTEN_AT_EXIT)
+# what programs write to their weights after training: compare's reading of WRITTEN_AT_EXIT
 WRITES_AFTER_TRAINING = (
     "the best epoch's weights restored with load_state_dict(), load_weights() or "
     "EarlyStopping(restore_best_weights=True), an EMA or SWA average copied in"
 )
+# what limits a run whose metadata says keras_backend "torch": said by record and compare
 KERAS_ON_TORCH = (
     "Keras on the torch backend is recorded through torch's hooks only: steps follow torch's "
     "events (a forward or backward), not Keras batches, its layers are named as torch modules "

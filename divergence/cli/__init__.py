@@ -51,7 +51,7 @@ SUBCOMMANDS = {
 }
 
 
-# click 8.2 on (older ones print the help as an error): a tuple matching nothing there
+# click < 8.2 prints the help as an error and lacks this; an empty tuple catches nothing
 NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
@@ -183,7 +183,7 @@ def trouble(
     click.echo(f"diverge: error: {line}", err=True)
     try:
         echo_json_error(sys.argv[1:] if argv is None else argv, error, message, hint)
-    except BrokenPipeError:  # (a reader that went away: the exit code still says it)
+    except BrokenPipeError:  # the reader went away; the exit code still says it
         sys.stderr.close()
     return int(code)
 
@@ -216,7 +216,7 @@ def _asks_for_json(name: str, args: list[str]) -> bool:
     """Whether click reads ``--json`` (and no ``-q``) in subcommand ``name``'s ``args``."""
     command = cli.get_command(click.Context(cli), name)
     if command is None or not any("--json" in p.opts for p in command.params):
-        return False  # (record has no --json)
+        return False  # record has no --json
     try:
         params = command.make_context(name, list(args), resilient_parsing=True).params
     except (click.ClickException, click.exceptions.Exit):

@@ -51,7 +51,7 @@ def record(
         steps=StepRange.parse(steps),
         include=include,
         exclude=exclude,
-        dump=dump or dump_steps is not None,  # (as --dump-include stores what it names)
+        dump=dump or dump_steps is not None,  # as --dump-include does
         dump_steps=StepRange.parse(dump_steps),
         dump_include=dump_include,
         granularity=granularity,

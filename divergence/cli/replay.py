@@ -16,7 +16,7 @@ import click
 from divergence.errors import ExitCode
 from divergence.wording import counted
 
-MAX_THREADS = 1024  # (more than cores is fine: a recording's count; tens of thousands is a typo)
+MAX_THREADS = 1024  # above the cores is fine; tens of thousands is a typo
 
 
 @click.command(help=__doc__)
@@ -70,7 +70,7 @@ def replay(
                 f"  ... {len(result.outputs) - SHOWN_RUNS} more runs not shown "
                 f"({counted(result.distinct, 'distinct output')} in all; --json lists every run)"
             )
-    # (a random op's replays draw anew: varying outputs there prove nothing about the op)
+    # NB: a random op's replays draw anew, so varying outputs there prove nothing
     return int(ExitCode.DIVERGED if result.status == "varies" else ExitCode.IDENTICAL)
 
 

@@ -138,8 +138,8 @@ def _lines(s: object) -> list[str]:
         only = f"   {s.status}" if s.status.startswith("only") else ""
         prints = f"skipped: {probe.skipped}{only}"
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
-    # (notes that differ: the same bits in another circumstance, a model in eval mode in one
-    # run only; an optimizer's settings are listed by key below)
+    # differing notes say the same bits came in another circumstance, e.g. eval mode in one
+    # run only; an optimizer's settings are listed by key below
     if a is not None and s.b is not None and a.note != s.b.note and a.kind != "hyperparam":
         lines += [f"  run A: {a.note or '(no note)'}", f"  run B: {s.b.note or '(no note)'}"]
     elif s.note:  # an op's call (JSON, for replay), or a detail of the record

@@ -57,7 +57,7 @@ def attach(session: Session) -> Callable[[], None]:
     def detach() -> None:
         for stop in waiting:
             stop()
-        for remove in reversed(removers):  # (numpy's handler, the first added, last)
+        for remove in reversed(removers):  # numpy's handler, the first added, last
             remove()
 
     return detach

@@ -110,7 +110,7 @@ class Instrumentation:
         begin = s.open_at_exit()
         if begin is None:
             return
-        # (by name: which of them a freed model held depends on when the collector ran)
+        # by name: which of them a freed model held depends on when the collector ran
         for name, fingerprint in sorted(written(), key=lambda entry: entry[0]):
             if begin():
                 s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)

@@ -142,7 +142,7 @@ def hunt(
     if against is not None:
         check_reference(against)
     made = not directory.exists()
-    if not made:  # (reused with --force: an earlier hunt's runs would read as this one's)
+    if not made:  # reused with --force: an earlier hunt's runs would read as this one's
         _remove_earlier_runs(directory)
     try:
         return _hunt(command, directory, runs, against, say or _say)
@@ -177,7 +177,7 @@ def _remove_empty_folders(directory: Path, keep: bool = False) -> None:
         if keep and folder == str(directory):
             continue
         with suppress(OSError):
-            os.rmdir(folder)  # (only an empty one: rmdir refuses the others)
+            os.rmdir(folder)  # rmdir refuses a folder that is not empty
 
 
 def _hunt(command: list[str], directory: Path, runs: int, against: Path | None, say: Say) -> Hunt:
@@ -215,7 +215,7 @@ def _hunt(command: list[str], directory: Path, runs: int, against: Path | None, 
         result.zoom_config = config
     try:
         result.zoom = Pair(zoom_runs[0], zoom_runs[1], compare_runs(*zoom_runs))
-    except IncompleteRecordingError as exc:  # (the hash-only divergence still stands)
+    except IncompleteRecordingError as exc:  # the hash-only divergence still stands
         result.zoom_skipped = f"op-level recording stopped early: {exc.message}"
     return result
 
@@ -241,7 +241,7 @@ def _steady_against(h: Hunt, step: int) -> str:
     try:
         if not all(compare_runs(h.recorded[0], run).identical for run in h.recorded[1:]):
             return ""
-    except IncompleteRecordingError:  # (runs matching only up to a stopped recording)
+    except IncompleteRecordingError:  # runs that match only up to a stopped recording
         return ""
     return (
         f"this command's runs match each other and each differs from {h.against.name}: a "

@@ -53,7 +53,7 @@ def verdict(h: Hunt) -> str:
     d = report.first if report is not None else None
     assert d is not None
     where = d.label
-    if d.facts.get("op"):  # (slot 0 unsaid, as in compare's probe labels)
+    if d.facts.get("op"):  # slot 0 unsaid, as in compare's probe labels
         module = d.facts.get("module") or "no module"
         slot = f" {d.slot}" if d.slot else ""
         where = f"`{d.facts['op']}` {d.kind.removeprefix('op_')}{slot} in `{module}`"
@@ -69,7 +69,7 @@ def summary_rows(h: Hunt) -> list[tuple[str, str]]:
         rows.append(("zoom", f"not made: {h.zoom_skipped}"))
     elif h.zoom is not None and h.zoom_config is not None:
         config = h.zoom_config
-        # (the generator states it also keeps are evidence, not scope)
+        # the generator states the zoom also keeps are evidence, not scope
         modules = [g for g in config.include if g not in RNG_STATE_GLOBS]
         scope = ", ".join(modules) if modules else "every module"
         outcome = "diverged again" if h.reproduced else _not_reproduced(h)

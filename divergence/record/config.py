@@ -71,8 +71,9 @@ class RecordConfig:
     zoom: bool = False  # made by diverge hunt: its globs are the zoom's, not the user's
 
     def __post_init__(self) -> None:
-        if self.dump_include and not self.dump:  # (as --dump-steps does, it turns dumping on:
-            object.__setattr__(self, "dump", True)  # the metadata says so)
+        # --dump-include turns dumping on, as --dump-steps does, so the metadata says so
+        if self.dump_include and not self.dump:
+            object.__setattr__(self, "dump", True)
 
     def wants(self, name: str) -> bool:
         """Whether a probe name passes ``--include``/``--exclude`` (globs)."""

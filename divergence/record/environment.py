@@ -62,8 +62,8 @@ def process_metadata(start_time: float) -> dict[str, Any]:
         "script_digest": script_digest(),
         "cwd": os.getcwd(),
         "pid": os.getpid(),
-        # multiprocessing's creation order of this process ([2]: the parent's second child;
-        # [] for a process it did not start): pairs processes without a rank across runs
+        # pairs processes without a rank across runs: [2] is the parent's second child,
+        # [] a process multiprocessing did not start
         "process_index": list(getattr(multiprocessing.current_process(), "_identity", ())),
         "host": socket.gethostname(),
         "start_time": start_time,

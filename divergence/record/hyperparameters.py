@@ -70,7 +70,7 @@ class GroupSettings:
             return self._settings(items)[0]
         if known is None:
             known, plain = self._settings(items)
-            if plain:  # (a tensor hashes by identity, not by value: never remembered)
+            if plain:  # a tensor hashes by identity, not by value: never remembered
                 if len(self._known) > CACHE_LIMIT:
                     self._known.clear()
                 self._known[items] = known
@@ -102,7 +102,7 @@ class GroupSettings:
             text = self._tensor_text(value) or "tensor"
             return text, text
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
-            value = float(value)  # (exact below 2**53)
+            value = float(value)  # exact below 2**53
             bits.append(struct.pack("<d", value))
             return repr(int(value)), repr(value)
         if isinstance(value, float):

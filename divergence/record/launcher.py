@@ -58,7 +58,7 @@ def resolve_command(command: list[str]) -> list[str]:
     """``train.py args`` without an interpreter runs under this Python."""
     if not command:
         raise RecordError("no command to record", hint="diverge record -- python train.py")
-    if command[0].startswith("-"):  # (an option diverge does not know, taken for the command)
+    if command[0].startswith("-"):  # an option diverge does not know, taken for the command
         raise RecordError(
             f"no such option: {command[0]}",
             hint="options go before --, the command after it (see --help)",
@@ -69,7 +69,7 @@ def resolve_command(command: list[str]) -> list[str]:
     if shutil.which(command[0]) is None:
         if not first.is_file():
             raise RecordError(f"{command[0]}: command not found", hint="check the command after --")
-        if os.sep not in command[0]:  # (a file here, not on PATH, where exec would look for it)
+        if os.sep not in command[0]:  # a file here: exec would look for it on PATH
             local = f".{os.sep}{command[0]}"
             return (
                 [sys.executable, local, *command[1:]]
@@ -121,7 +121,7 @@ def is_run_file(path: Path) -> bool:
     try:
         with h5py.File(path, "r", locking=False) as file:
             return bool(file.attrs.get("diverge_format") == FORMAT_MARKER)
-    except Exception:  # (not HDF5, or damaged past reading: not known to be a run's)
+    except Exception:  # not HDF5, or damaged past reading: not known to be a run's
         return False
 
 
@@ -189,7 +189,7 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
         say(f"writing run to {output}/")
         try:
             status = run_child(command, env, handshake)
-        except OSError as exc:  # (exec failed: not found on PATH, not executable, bad format)
+        except OSError as exc:  # exec failed: not found, not executable, or a bad format
             raise RecordError(
                 f"{command[0]}: cannot run it ({exc.strerror or exc})",
                 hint="check the command after --: a script needs its interpreter "
@@ -204,7 +204,7 @@ def record(command: list[str], config: RecordConfig, force: bool = False) -> int
         settle_output(output, aside, recorded)
         if made and not recorded:
             with contextlib.suppress(OSError):
-                output.rmdir()  # (only an empty one: what it left is kept)
+                output.rmdir()  # removes only an empty one: what the command left is kept
 
 
 def child_environment(config: RecordConfig, handshake: Path) -> dict[str, str]:
@@ -256,7 +256,7 @@ def _die_with_parent() -> None:
     """In the child before it runs the command (Linux): ``prctl(PR_SET_PDEATHSIG, SIGTERM)``."""
     import ctypes
 
-    with contextlib.suppress(OSError, AttributeError):  # (no prctl: it outlives a killed parent)
+    with contextlib.suppress(OSError, AttributeError):  # without prctl it outlives its parent
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
@@ -288,11 +288,11 @@ def finish(
         raise _not_started(handshake, status, command)
     if not files:
         _remove_if_empty(output)
-        if status > 128:  # (a signal: what ran before the first step was buffered and lost)
+        if status > 128:  # killed by a signal: the first step's buffered records are lost
             why = "it ended before its first step completed (a step is written when it ends)"
         else:
             why = "no optimizer.step(), module forward or divergence.step() was seen"
-            if status != 0:  # (torchrun exits 1 when a worker was killed)
+            if status != 0:  # torchrun exits 1 when a worker was killed
                 why = (
                     "it failed, or a process it started was killed, before its first step "
                     f"completed (a step is written when it ends), or {why}"
@@ -319,7 +319,7 @@ def _notes(files: list[Path]) -> list[str]:
     for file in files:
         try:
             found = read_meta(file).get("notes")
-        except (OSError, ValueError):  # (an unreadable file is compare's to report)
+        except (OSError, ValueError):  # an unreadable file is compare's to report
             continue
         if isinstance(found, list):
             notes += [n for n in found if isinstance(n, str) and n not in notes]

@@ -28,7 +28,7 @@ def describe_exception(kind: type[BaseException], value: BaseException) -> str:
     """
     try:
         text = str(value)
-    except Exception:  # (an exception whose __str__ fails still ended the run)
+    except Exception:  # an exception whose __str__ fails still ended the run
         text = ""
     lines = text.splitlines()
     return (f"{kind.__name__}: {lines[0]}" if lines else kind.__name__)[:300]
@@ -46,7 +46,7 @@ def activate(session: Session) -> Session:
     multiprocessing.util.register_after_fork(session, _finish_in_forked_process)
     if not getattr(sys.excepthook, "notes_uncaught", False):
         sys.excepthook = _noting_uncaught(sys.excepthook)
-    process_class: Any = multiprocessing.process.BaseProcess  # (_bootstrap is not in its stubs)
+    process_class: Any = multiprocessing.process.BaseProcess  # _bootstrap is not in its stubs
     if not getattr(process_class._bootstrap, "notes_uncaught", False):
         process_class._bootstrap = _noting_process_failure(process_class._bootstrap)
     return session

@@ -13,8 +13,8 @@ from typing import Any
 from divergence.record.session import Session
 
 RESTORES_KEPT = 64  # a program restoring a state at every step: its first restores tell enough
-# Callers whose restores are the library's own (torch's fork_rng and activation checkpointing
-# replay a state they saved a moment before), not a state the program brings back.
+# Callers whose restores are their own, not the program's: torch's fork_rng and activation
+# checkpointing replay a state they saved a moment before.
 LIBRARY_CALLERS = ("torch", "numpy", "random", "tensorflow", "keras", "divergence")
 
 
@@ -36,7 +36,7 @@ class RestoreLog:
     >>> setstate = log.restoring("random.setstate", python_state, random.setstate)
     >>> getstate = log.remembering(python_state, random.getstate)
     >>> program = {"__name__": "__main__", "setstate": setstate, "getstate": getstate}
-    >>> program["saved"] = random.Random(0).getstate()  # (a checkpoint's)
+    >>> program["saved"] = random.Random(0).getstate()  # a checkpoint's
     >>> exec("setstate(saved)", program); log.session.rng_restores
     [{'call': 'random.setstate', 'state': '6f87d17475ee6122', 'step': 0}]
     >>> exec("setstate(getstate())", program); len(log.session.rng_restores)  # a round trip

@@ -21,8 +21,8 @@ import numpy as np
 
 from divergence.fingerprint import Algorithm, Fingerprint, fingerprint_buffer, header_seed
 
-# The names of every generator-state record (here, frameworks/torch/seeds.py and
-# frameworks/tensorflow/rng.py), for filters that must keep them (a hunt's zoom).
+# Every generator-state record's name, here and in frameworks/{torch/seeds,tensorflow/rng}.py,
+# for filters that must keep them, such as a hunt's zoom.
 RNG_STATE_GLOBS = (
     "python.random",
     "numpy.random",
@@ -144,7 +144,7 @@ class HostGenerators:
             repr(python_state[2]),
             _numpy_memory(numpy_state),
         ):
-            self._shortcut = False  # another layout (or a draw from another thread): read fully
+            self._shortcut = False  # another layout, or a draw from another thread: read fully
         self._python_seen = python
         self._numpy_seen = numpy if not numpy_state[3] else None
         return self._last

@@ -78,15 +78,15 @@ class Session(Extensions["Session"]):
         # generator states the program restored (a checkpoint's): {"call", "state", "step"}
         self.rng_restores: list[dict[str, Any]] = []
         self.rank: int | None = None  # the process group's rank, set by a framework adapter
-        # python's and numpy's generator states when the process started, by fingerprint
-        # (only when recording started before the program ran: `diverge record`)
+        # python's and numpy's generator states at process start, by fingerprint; only
+        # when recording started before the program ran (`diverge record`)
         self.host_generators_at_start: dict[str, str] = {}
         self.host_generators_noted_by = ""  # "recorder": at divergence.Recorder's start
         self.host_generators_at_end: dict[str, str] = {}
         self.failure = ""
         self.failure_step: int | None = None  # the step recording stopped in
-        # steps a framework saw the program take after recording stopped, which it no longer
-        # counts itself (TensorFlow's traced steps are counted by the probes in them)
+        # steps a framework saw after recording stopped, when the session stopped counting;
+        # TensorFlow's traced steps are counted by the probes in them
         self.steps_after_failure = 0
         self.uncaught = ""  # the exception that ended the process, if one did
         self._start_time = time.time()
@@ -103,7 +103,7 @@ class Session(Extensions["Session"]):
         self._dumps: dict[int, tuple[np.ndarray, str]] = {}  # buffer row -> full copy
         self._open = False
         self._continuable = False  # the last event closed a step at an optimizer.step()
-        self._continued_at_exit = False  # (see :meth:`open_at_exit`)
+        self._continued_at_exit = False  # see :meth:`open_at_exit`
         self._marks: list[int] = []  # auto mode: row index at each root forward
         self._forwards_in_step = 0
 
@@ -113,7 +113,7 @@ class Session(Extensions["Session"]):
         In auto mode the step is not known yet: several forwards can make one step (gradient
         accumulation, LBFGS) or a step each. Everything is recorded, and a step outside
         ``--steps`` is dropped once it is known (:meth:`_write_step`)."""
-        if self._every_step or self.mode == "auto":  # (every hook and op asks: kept cheap)
+        if self._every_step or self.mode == "auto":  # every hook and op asks: kept cheap
             return not self.failure
         return not self.failure and self.config.steps.contains(self.step)
 
@@ -270,15 +270,15 @@ class Session(Extensions["Session"]):
         note_id = self._intern(skipped or note) if note or skipped else 0  # a skip says why
         if dump is not None:
             self._dumps[len(self._rows)] = dump
-        strings = self._strings  # (interned inline: this runs for every record)
+        strings = self._strings  # interned inline: this runs for every record
         name_id = strings.get(name)
         if name_id is None:
             name_id = self._intern(name)
         dtype_id = strings.get(dtype)
         if dtype_id is None:
             dtype_id = self._intern(dtype)
-        # Packed now, while its fields are at hand: packing the step's rows at its end costs
-        # twice as much (a pending device value waits for its resolver, at the end).
+        # Packed now, while its fields are at hand: packing at the step's end costs twice as
+        # much. A pending device value waits for its resolver.
         pack: Callable[..., bytes | PendingRow] = pack_row
         if type(value) is not int:
             pack, self._pending = _pending_row, True
@@ -365,7 +365,7 @@ class Session(Extensions["Session"]):
             meta["rng_restores"] = self.rng_restores
         if self.host_generators_at_start:
             meta["rng_at_start"] = self.host_generators_at_start
-            if self.host_generators_noted_by:  # (a Recorder's start, not the process's)
+            if self.host_generators_noted_by:  # a Recorder's start, not the process's
                 meta["rng_at_start_taken"] = self.host_generators_noted_by
         if self.host_generators_at_end:
             meta["rng_at_end"] = self.host_generators_at_end
@@ -394,15 +394,14 @@ class Session(Extensions["Session"]):
             callback()
         end: dict[str, object] = {"clean_exit": True, "failure": self.failure}
         buffered = bool(self._rows)
-        # a step an optimizer (or divergence.step()) would have closed, still open: a
-        # sys.exit() there ends the run inside it (the exit status, known to the launcher
-        # only, says whether it did: no hook sees a SystemExit)
+        # A step still open that an optimizer or divergence.step() would close. NB: no hook
+        # sees a SystemExit; only the launcher's exit status says whether one ended it.
         open_at_exit = buffered and self.mode in ("optimizer", "explicit")
         if self.mode == "auto" and len(self._marks) > 1:
             self._split_forward_steps(keep_current=False)
         if self._rows:
             self._close_step()
-        if self.failure:  # (compare: did the program take steps the recorder missed?)
+        if self.failure:  # lets compare tell whether the recorder missed steps
             end["failure_step"] = self.failure_step
             end["steps_taken"] = self.step + self.steps_after_failure
         if self.uncaught:
@@ -412,8 +411,8 @@ class Session(Extensions["Session"]):
         elif open_at_exit:
             end["open_step_at_exit"] = self.step - 1
         if self.writer is not None:
-            if self.host_generators_at_start:  # (a state still equal to the start one at
-                # exit proves the generator never drawn from, the last step included)
+            # a state equal to the start one proves the generator was never drawn from
+            if self.host_generators_at_start:
                 self.host_generators_at_end = _host_generator_states()
             self.writer.close({**end, "steps": self.writer.steps}, self._metadata())
             self.writer = None
@@ -428,7 +427,7 @@ class Session(Extensions["Session"]):
         self._start_time = time.time()
         if self.host_generators_at_start:  # the child starts from the parent's states now
             self.note_host_generators()
-        self.rank = None  # (the parent's process-group rank is not the child's)
+        self.rank = None  # the parent's process-group rank is not the child's
 
 
 def _host_generator_states() -> dict[str, str]:

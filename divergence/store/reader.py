@@ -61,7 +61,7 @@ class RunFile:
     # a view (:meth:`view`): each record's row in the file, and what its steps were shifted by
     source_rows: np.ndarray | None = None
     step_shift: int = 0
-    kind_column: np.ndarray | None = field(default=None, repr=False)  # (see :attr:`kinds`)
+    kind_column: np.ndarray | None = field(default=None, repr=False)  # see :attr:`kinds`
 
     @classmethod
     def open(cls, path: str | Path) -> RunFile:
@@ -73,12 +73,12 @@ class RunFile:
             raise
         except FileNotFoundError as exc:
             raise CorruptRunError(f"{path}: file not found") from exc
-        except PermissionError as exc:  # (the run itself may be fine: not "record it again")
+        except PermissionError as exc:  # the run itself may be fine: not "record it again"
             raise CorruptRunError(
                 f"{path}: permission denied", hint="the file must be readable by this user"
             ) from exc
         except DAMAGE_ERRORS as exc:
-            if "unable to lock file" in str(exc):  # (HDF5's lock: a writer has it open)
+            if "unable to lock file" in str(exc):  # HDF5's lock: a writer has it open
                 raise CorruptRunError(
                     f"{path}: still being written (a recording holds it open)",
                     hint="wait for the recording to end, or read what it wrote so far with "
@@ -97,7 +97,7 @@ class RunFile:
                 hint="pass a directory written by 'diverge record'",
             )
         version = file.attrs.get("format_version", -1)
-        if not isinstance(version, int | np.integer):  # (text or a float: none diverge writes)
+        if not isinstance(version, int | np.integer):  # text or a float: none diverge writes
             version = repr(version.item() if isinstance(version, np.generic) else version)
         if version != FORMAT_VERSION:
             raise IncompatibleVersionError(

@@ -15,7 +15,7 @@ from divergence.errors import RunNotFoundError, UsageError
 from divergence.store.reader import RunFile, read_meta
 
 RANK_FILE = re.compile(r"^rank(\d+)(?:-pid\d+)?\.h5$")
-RESTARTED_FILE = re.compile(r"^rank\d+-pid\d+\.h5$")  # (a rank's file where one already was)
+RESTARTED_FILE = re.compile(r"^rank\d+-pid\d+\.h5$")  # a rank's file where one already was
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Run:
             )
         if path.is_file():
             return cls(path=path, processes=[Process("process0", None, path)])
-        if not os.access(path, os.R_OK | os.X_OK):  # (glob would find nothing and say so)
+        if not os.access(path, os.R_OK | os.X_OK):  # glob would find nothing and say so
             raise RunNotFoundError(
                 f"{path}: permission denied", hint="the directory must be readable by this user"
             )
@@ -116,12 +116,13 @@ def _claimed_ranks(files: list[Path]) -> dict[Path, int | None]:
     (``rank1-pid7.h5`` claims no rank in metadata: an inherited ``RANK`` named it.)
     """
     named = {f: int(m.group(1)) if (m := RANK_FILE.match(f.name)) else None for f in files}
-    for file, rank in named.items():  # (a lone rank<R>-pid<P>.h5: an inherited RANK, since
-        # 0.12 not in its metadata, is no rank; 0.11's launched helpers keep theirs)
+    # a lone rank<R>-pid<P>.h5 keeps its rank only where its metadata claims it as well:
+    # else an inherited RANK named it
+    for file, rank in named.items():
         if rank is not None and "-pid" in file.name:
             named[file] = rank if _int_or_none(_distributed(file).get("rank")) == rank else None
     resolved = dict(named)
-    for rank in _shared(named):  # (usually none: one metadata read per file that shares)
+    for rank in _shared(named):  # usually none: one metadata read per file that shares
         resolved.update(_settle(rank, [f for f, r in named.items() if r == rank]))
     again = _shared(resolved)
     return {f: None if r in again else r for f, r in resolved.items()}
@@ -131,12 +132,12 @@ def _settle(rank: int, group: list[Path]) -> dict[Path, int | None]:
     """The ranks of files that share ``rank`` in their names, from each process's metadata
     (``distributed``):
 
-    - ranks that tell every file apart name them (a process group's ranks in runs of 0.11,
-      which named an ``mp.spawn`` child by an inherited ``RANK``);
+    - ranks that tell every file apart name them, such as a process group's ranks in
+      ``mp.spawn`` children that an inherited ``RANK`` named;
     - else the one process that joined a process group keeps the rank (torchrun's rank beside
       a helper process it started that trains too, whose ``RANK`` is inherited);
-    - else a rank the metadata claims twice is no rank (0.11's children of an exported
-      ``RANK``: they pair by spawn order);
+    - else a rank the metadata claims twice is no rank: children of an exported ``RANK``
+      pair by spawn order;
     - else the bare ``rank<R>.h5`` keeps it (the recorder gives that name to a process group's
       rank or a launcher's ``RANK`` only).
 
@@ -167,7 +168,7 @@ def _distributed(file: Path) -> dict[str, object]:
     existed), empty where there is none."""
     try:
         found = read_meta(file).get("distributed")
-    except Exception:  # (a damaged file: nothing known; opening it says what is wrong)
+    except Exception:  # a damaged file: nothing known; opening it says what is wrong
         return {}
     return found if isinstance(found, dict) else {}
 
@@ -189,7 +190,7 @@ def _start_order(file: Path) -> tuple[list[int], float]:
     except Exception:
         try:
             return [], file.stat().st_mtime
-        except OSError:  # (a dangling link: opening it says what is wrong)
+        except OSError:  # a dangling link: opening it says what is wrong
             return [], 0.0
 
 

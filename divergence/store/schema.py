@@ -141,19 +141,16 @@ BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace i
 BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
 # a parameter's record taken as the process ended: the program wrote it after its last step
 WRITTEN_AT_EXIT = "written after the last optimizer step, seen as the program ended"
-# the skip reason of a tensor subclass with its own dispatch (DTensor: FSDP2's parameters),
-# after its class name
 # DDP's gradient buckets are recorded as collectives named ddp.bucket0, ddp.bucket1, ...
 DDP_BUCKET = "ddp.bucket"
+# after its class name, the skip reason of a tensor subclass with its own dispatch: DTensor
 SUBCLASS_SKIP = "a tensor subclass with its own dispatch, not fingerprinted"
 # how the skip reason of a Keras variable first built inside a traced step starts
 UNREAD_AT_TRACE = "initial value unreadable at trace time"
-# a collective's note (0.17.0 on) when it reduces with another op than the default sum:
-# "reduce op MAX"
+# a collective's note when it reduces with another op than the default sum: "reduce op MAX"
 REDUCE_OP = "reduce op "
-# point-to-point messages (0.19.0 on) are recorded as collectives named send#0 (its input,
-# noted "to rank 1") and recv#0 (its output, noted "from rank 0", and for a receive from any
-# rank "from rank 0 (a receive from any rank)")
+# point-to-point messages are recorded as collectives send#0 and recv#0, noted "to rank 1",
+# "from rank 0", or "from rank 0 (a receive from any rank)"
 SEND, RECEIVE = "send", "recv"
 ANY_SOURCE = "a receive from any rank"
 
@@ -199,16 +196,14 @@ def message_direction(name: str) -> str:
     return op if op in (SEND, RECEIVE) and "#" in name else ""
 
 
-# On a Keras gradient recorded in the optimizer phase: apply_gradients() got another tensor
-# than tape.gradient() returned (clipped, scaled, edited). The tape's own is recorded in the
-# backward phase where the recorder knows it (0.6.0 on), else the first note says it is not.
+# On an optimizer-phase Keras gradient that differs from tape.gradient()'s, e.g. clipped: the
+# tape's own is recorded in the backward phase where known, else the first note says it is not.
 EDITED_AFTER_TAPE = "edited after tape.gradient(), whose gradient was not recorded"
 EDITED_GRADIENT = "edited after tape.gradient()"
 # ... or taken by a tape in another context (a tf.function, eager code) than apply_gradients()
 IMPORTED_GRADIENT = "from tape.gradient() in another tf.function or eager code, not recorded"
-# The skip reason of such a gradient inside tf.function: a probe would be one more reader of
-# the edited tensor, and grappler rewrites chains of ops only through tensors with one reader
-# (clip_by_global_norm's scale times SGD's learning rate: other last bits when recorded).
+# The skip reason of such a gradient inside tf.function: a probe adds a reader, and grappler
+# rewrites op chains only through single-reader tensors, so the update would round otherwise.
 EDITED_IN_TRACE = (
     "edited after tape.gradient() inside tf.function: not fingerprinted there, where one "
     "more reader could change grappler's rewrites of the update"

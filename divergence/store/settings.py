@@ -12,9 +12,9 @@ SEPARATOR = "; "
 
 
 def differing_settings(text_a: str, text_b: str) -> list[tuple[str, str, str]]:
-    """``(key, value in A, value in B)`` for each setting whose text differs (a key only one
-    run has shows ``-`` for the other; not the unhashed ``class``, which runs of torch layers
-    recorded before 0.18.0 lack).
+    """``(key, value in A, value in B)`` for each setting whose text differs. A key only one
+    run has shows ``-`` for the other, except the unhashed ``class``: compared only when both
+    runs have it.
 
     >>> differing_settings("class='Linear'; bias=True", "bias=False")
     [('bias', 'True', 'False')]

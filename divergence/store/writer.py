@@ -166,7 +166,7 @@ class RunFileWriter:
         allocate_early = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
         allocate_early.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
         no_chunk_cache = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-        no_chunk_cache.set_chunk_cache(0, 0, 1.0)  # (h5py reads rdcc_nbytes=0 as "unset")
+        no_chunk_cache.set_chunk_cache(0, 0, 1.0)  # h5py reads rdcc_nbytes=0 as "unset"
         records = file.create_dataset(
             RECORDS,
             shape=(0,),
@@ -209,7 +209,7 @@ class RunFileWriter:
             self._file.flush()
         rows = block if isinstance(block, bytes) else block.tobytes()
         self._records.append(rows + step_end_row(step))
-        if step != self._last_step:  # (a second optimizer's block continues its step)
+        if step != self._last_step:  # a second optimizer's block continues its step
             self.steps += 1
             self._last_step = step
 
@@ -257,6 +257,6 @@ def mark_exit_status(path: str | Path, status: int) -> None:
             return
         with h5py.File(path, "r+") as file:
             file.attrs["exit_status"] = int(status)
-    except Exception:  # (OSError, or h5py's RuntimeError when a flush fails)
+    except Exception:  # OSError, or h5py's RuntimeError when a flush fails
         # A file torn by a kill stays readable but may refuse a write; the status is then unknown.
         pass

@@ -74,7 +74,7 @@ class OptimizerApply:
         """The scale a LossScaleOptimizer multiplies the loss by, before the scaled loss (as
         ``<label>.loss_scale``, the torch GradScaler's state is recorded there too): another
         ``initial_scale``, or a scale that backed off in one run only, is named as that."""
-        scale = getattr(optimizer, "dynamic_scale", None)  # (built: fit builds it first)
+        scale = getattr(optimizer, "dynamic_scale", None)  # fit builds it first
         if scale is None or (mode == EAGER and not self.session.begin_event()):
             return
         name = f"{self.optimizer_labels.of(optimizer)}.loss_scale"
@@ -128,7 +128,7 @@ class OptimizerApply:
     def after_apply(self, mode: str, optimizer: Any, variables: list[Any]) -> None:
         s = self.session
         if mode == EAGER and not s.begin_event():
-            self.writes.forget_updates([self.tree.var_name(v) for v in variables])  # (not recorded)
+            self.writes.forget_updates([self.tree.var_name(v) for v in variables])  # not recorded
         if mode == GRAPH or s.begin_event():
             self._record_settings(mode, optimizer)
             slots = naming.optimizer_slots(optimizer, variables)
@@ -147,7 +147,7 @@ class OptimizerApply:
                         f"{name}/{label}",
                         [read_variable(slot)],
                     )
-            self._record_wrapper_state(mode, optimizer)  # (a LossScaleOptimizer's scale)
+            self._record_wrapper_state(mode, optimizer)  # a LossScaleOptimizer's scale
             self._record_buffers(mode, {id(v) for v in variables})
         if mode == EAGER:
             s.optimizer_stepped()
@@ -163,7 +163,7 @@ class OptimizerApply:
         if getattr(optimizer, "inner_optimizer", None) is None:
             return
         label = self.optimizer_labels.of(optimizer)
-        rate = getattr(optimizer, "_learning_rate", None)  # (a setting: recorded with them)
+        rate = getattr(optimizer, "_learning_rate", None)  # a setting, recorded with them
         for variable in getattr(optimizer, "_variables", None) or []:
             if variable is rate:
                 continue

@@ -89,8 +89,8 @@ class FitCalls:
         def inference(model: Any, *args: Any, **kwargs: Any) -> Any:
             fit_end = fits.writes.fit_ends.get(id(model))
             if not fits.fitting and fit_end is not None and not fit_end.inferred:
-                fit_end.inferred = True  # (once after each fit: a predict() loop reads all
-                # the weights at every call otherwise; a next fit() looks again)
+                # once after each fit, else a predict() loop reads all weights every call
+                fit_end.inferred = True
                 fits.guard(fits.writes.record_written_since_fit)(model)
             return original(model, *args, **kwargs)
 
@@ -184,7 +184,7 @@ class FitCalls:
         if optimizer is None or optimizer in self.optimizers_held:
             return
         self.optimizers_held.add(optimizer)
-        chain = [optimizer]  # (a LossScaleOptimizer and the optimizer it wraps)
+        chain = [optimizer]  # a LossScaleOptimizer and the optimizer it wraps
         while (inner := getattr(chain[-1], "inner_optimizer", None)) is not None:
             chain.append(inner)
         learning_rates = {id(getattr(o, "_learning_rate", None)) for o in chain}
@@ -238,7 +238,7 @@ def _compile_value(value: object, depth: int = 0) -> object:
     if callable(get_config) and not isinstance(value, type):
         try:
             config = get_config()
-        except Exception:  # (a config that cannot be read: the class name stands for it)
+        except Exception:  # unreadable config: the class name stands for it
             config = None
         if isinstance(config, dict):
             return (type(value).__name__, _compile_value(config, depth + 1))

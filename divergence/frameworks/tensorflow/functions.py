@@ -54,8 +54,9 @@ class FunctionCalls:
                 functions.records.note(XLA_NOTE)
             if outer:
                 functions.guard(functions.session.begin_event)()
-                if functions.session.failure:  # (no probe counts its steps any more: these do,
-                    functions.session.steps_after_failure += 1  # evaluations too, at worst)
+                # after a failure no probe counts steps: these calls do, evaluations included
+                if functions.session.failure:
+                    functions.session.steps_after_failure += 1
             functions.records.depth += 1
             try:
                 return original(function, *args, **kwargs)
@@ -96,7 +97,7 @@ class FunctionCalls:
                 s.add(spec.phase, spec.kind, spec.name, fingerprint, spec.slot, spec.note, dump)
                 if spec.kind == Kind.PARAM and spec.phase == Phase.OPTIMIZER:
                     self.writes.note_update(spec.name, value)
-        else:  # (updates outside --steps: their last records are stale)
+        else:  # updates outside --steps: their last records are stale
             self.writes.forget_updates(
                 [spec.name for spec, _, _ in fired if (spec.kind, spec.phase) == UPDATE]
             )

@@ -27,11 +27,8 @@ from divergence.frameworks.tensorflow.table import EVENT_DEFERRED, EVENT_ROOT, P
 from divergence.frameworks.tensorflow.values import keyed_tensors_of, raw_variable, symbolic
 from divergence.store.schema import INFERENCE_CALL, UNREAD_AT_TRACE, Kind, Phase
 
-# Ops whose output grappler fuses with the op that reads it when nothing else reads it (the
-# remapper: a bias add with an activation or a residual Add; the arithmetic optimizer: chains of
-# adds), and the Keras layers whose ops do so: a probe between them is a second reader, so a
-# recorded function keeps them apart where an unrecorded one fuses them, and the fused kernel
-# can round otherwise.
+# Ops grappler fuses with their only reader, and the Keras layers made of them. NB: a probe is
+# a second reader, so recording unfuses them, and the fused kernel can round otherwise.
 FUSIBLE_PRODUCERS = frozenset(
     {"BiasAdd", "MatMul", "Conv2D", "Conv3D", "DepthwiseConv2dNative", "BatchMatMulV2"}
     | {"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "Add", "AddV2"}
@@ -137,12 +134,11 @@ class LayerCalls:
         if mode == EAGER and not s.begin_event():
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if root else (Phase.FORWARD, Kind.INPUT)
-        # Keras' evaluate(), predict() and validation pass training=False where the model takes
-        # it; a call without it (fit on a model whose call has no training argument, model(x)
-        # in a tape loop) may be training, and a tensor flag is not known here
+        # Keras' evaluate(), predict() and validation pass training=False; a call without it,
+        # or with a tensor flag, may be training
         note = INFERENCE_CALL if root and kwargs.get("training") is False else ""
-        # (a tf.function converts numpy arguments to tensors, of their own dtype; an eager call
-        # gets them as they are: a batch of numpy arrays is recorded as such a tensor)
+        # an eager call gets numpy arguments as they are: recorded as the tensors a
+        # tf.function would convert them to
         eager_root = mode == EAGER and root and s.wants(name)
         given = _numpy_as_tensors((args, kwargs)) if eager_root else (args, kwargs)
         keys, tensors = keyed_tensors_of(given)
@@ -179,7 +175,7 @@ class LayerCalls:
         Until written, each trace that calls the layer places them (Keras may trace a step
         twice and run the second trace only)."""
         s = self.session
-        self._read_init(layer, name)  # (a layer Keras did not build through _maybe_build)
+        self._read_init(layer, name)  # a layer Keras did not build through _maybe_build
         pending = self.init_pending.get(id(layer))
         if not pending:
             return
@@ -192,7 +188,7 @@ class LayerCalls:
     def _add_init(self, layer: Any, name: str, add: Callable[..., None]) -> None:
         s = self.session
         settings = layer_settings(layer)
-        if settings is not None and s.wants(name):  # (its constructor arguments)
+        if settings is not None and s.wants(name):  # its constructor arguments
             fingerprint, text = self.records.settings(settings)
             add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, 0, text)
         for label, variable in naming.own_variables(layer):
@@ -207,7 +203,7 @@ class LayerCalls:
                     reason = f"{UNREAD_AT_TRACE}: {type(exc).__name__}"
                     add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", (), reason))
                     continue
-                if tuple(value.shape) != tuple(variable.shape):  # (a placeholder's)
+                if tuple(value.shape) != tuple(variable.shape):  # a placeholder's
                     shape = tuple(int(d or 0) for d in variable.shape)
                     reason = f"{UNREAD_AT_TRACE}: not yet assigned"
                     add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", shape, reason))

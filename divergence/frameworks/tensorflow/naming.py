@@ -106,7 +106,7 @@ def optimizer_slots(optimizer: Any, variables: list[Any]) -> dict[int, list[tupl
         matching = [(p, r) for p, r in prefixes if label.startswith(p) and slot_variable is not r]
         if not matching:
             continue
-        prefix = matching[0][0]  # (the longest)
+        prefix = matching[0][0]  # the longest
         slot = label[len(prefix) :]
         for same_prefix, reference in matching:
             taken = any(name == slot for name, _ in slots[id(reference)])

@@ -59,7 +59,7 @@ class KerasRecorder(Instrumentation):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.records = Records(session)
-        self.tree = LayerTree([])  # (its stack: the names of the layers running)
+        self.tree = LayerTree([])  # its stack holds the running layers' names
         self.layers = LayerCalls(self, self.records, self.tree)
         self.tape = TapeGradients(self, self.records)
         self.writes = WrittenVariables(self, self.records, self.tree)

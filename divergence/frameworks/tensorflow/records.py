@@ -49,7 +49,7 @@ class Records:
         if tf.executing_eagerly():
             return EAGER
         if self.depth == 0 or self.session.failure or in_symbolic_scope():
-            return None  # (Keras builds a layer first called in a trace in a scratch graph)
+            return None  # Keras builds a layer first called in a trace in a scratch graph
         return GRAPH
 
     def record(

@@ -27,7 +27,7 @@ class SeedCalls:
         # the program's own tf.random.Generator objects, in the order they were made (named
         # tf.random.Generator, tf.random.Generator#1, ...): their states are rng records
         self.generators: list[tuple[weakref.ref[Any], str]] = []
-        self.generators_made = 0  # (names never repeat)
+        self.generators_made = 0  # names never repeat
 
     def install(self) -> None:
         self.patch(tf.random, "set_seed", self._wrap_set_seed)
@@ -46,7 +46,7 @@ class SeedCalls:
 
         @functools.wraps(original)
         def set_seed(seed: Any) -> Any:
-            caller = sys._getframe(1).f_code  # (the call the program made: Keras' seeds all)
+            caller = sys._getframe(1).f_code  # named after the program's call: Keras' seeds all
             keras_call = caller.co_name == "set_random_seed" and "keras" in caller.co_filename
             call = "keras.utils.set_random_seed" if keras_call else "tf.random.set_seed"
             session.seeds.append({"call": call, "seed": repr(seed)})

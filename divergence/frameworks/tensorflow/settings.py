@@ -37,13 +37,13 @@ def optimizer_settings(optimizer: Any) -> dict[str, object]:
     >>> optimizer_settings(keras.optimizers.Adam(lambda: 0.01))["learning_rate"]
     '<function <lambda>>'
     """
-    # (imported here: this module is loaded while keras itself is being imported)
+    # imported here: this module loads while keras itself is being imported
     from keras.optimizers.schedules import LearningRateSchedule
 
     rate = getattr(optimizer, "_learning_rate", None)
     function = callable(rate) and not isinstance(rate, LearningRateSchedule)
     try:
-        with warnings.catch_warnings(record=function):  # (record=True: not shown, not kept)
+        with warnings.catch_warnings(record=function):  # record=True hides them; none are kept
             config = dict(optimizer.get_config())
     except Exception as exc:
         config = {"get_config": f"unreadable ({type(exc).__name__})"}
@@ -70,7 +70,7 @@ def layer_settings(layer: Any) -> dict[str, object] | None:
         return None
     try:
         config = dict(layer.get_config())
-    except Exception:  # (a layer that cannot say: no record)
+    except Exception:  # a layer that cannot say gets no record
         return None
     config.pop("name", None)
     settings = {k: v for k, v in _flat(config, "") if k.split(".")[0] not in HELD_LAYERS}

@@ -83,9 +83,9 @@ class TapeGradients:
         if sources is None:
             return
         variables = tf.nest.flatten(sources)
-        if len(variables) == len(grads):  # (else a structure we cannot pair)
+        if len(variables) == len(grads):  # else a structure we cannot pair
             for variable, grad in zip(variables, grads, strict=True):
-                if grad is not None:  # (a second one this step: which one was applied?)
+                if grad is not None:  # a second one this step: which one was applied?
                     known = id(variable) in self.tape_gradient_of
                     self.tape_gradient_of[id(variable)] = SEVERAL if known else grad
 
@@ -104,10 +104,8 @@ class TapeGradients:
         the optimizer phase (noted). Inside ``tf.function`` an edited gradient gets a skipped
         record: see :data:`EDITED_IN_TRACE`."""
         records = self.records
-        # A tape of this context (the traced function, or eager code) tells the tape's
-        # gradients from edited ones. Gradients from a tape of another context (computed in a
-        # tf.function, applied outside it) cannot be told apart: recorded as imported. With
-        # no tape seen this step they come from elsewhere: recorded as the backward's.
+        # Only a tape of this context tells edited gradients apart; another context's are
+        # recorded as imported, and with no tape this step, as the backward's.
         from_tape = any(
             (grad := ref()) is not None and _in_context(grad, mode)
             for ref in self.tape_gradients.values()
@@ -120,7 +118,7 @@ class TapeGradients:
                 continue
             tape_grad = self.tape_gradient_of.pop(id(variable), None)
             if tape_grad is SEVERAL or not _in_context(tape_grad, mode):
-                tape_grad = None  # (several tape.gradient() calls, or another context's)
+                tape_grad = None  # several tape.gradient() calls, or another context's
             if tape_grad is not None:
                 records.record(mode, Phase.BACKWARD, Kind.PARAM_GRAD, name, _parts(tape_grad))
             edited.append((name, _parts(grad), tape_grad is not None))
@@ -133,7 +131,7 @@ class TapeGradients:
                 records.record_unseen(
                     Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, EDITED_IN_TRACE
                 )
-            else:  # (eager, or the traced function's own inputs: no graph op feeds them)
+            else:  # eager, or the traced function's own inputs: no graph op feeds them
                 records.record(mode, Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, note)
 
 

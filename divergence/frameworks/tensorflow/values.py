@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.util import nest  # (its flatten_with_joined_string_paths: not exported)
+from tensorflow.python.util import nest  # flatten_with_joined_string_paths is not exported
 
 from divergence.fingerprint import smix64_finish
 from divergence.frameworks.tensorflow.fingerprint import dtype_name
@@ -41,14 +41,14 @@ def keyed_tensors_of(value: object) -> tuple[list[str], list[tf.Tensor]]:
     >>> keyed_tensors_of(({"reg": tf.ones(1), "cls": tf.ones(2)}, [tf.ones(3)]))[0]
     ['cls', 'reg', '']
     """
-    if not _holds_a_mapping(value):  # (the usual call: ~5 us, the paths ~16 us, measured)
+    if not _holds_a_mapping(value):  # the usual call: ~5 us measured, vs ~16 us with paths
         tensors = tensors_of(value)
         return [""] * len(tensors), tensors
     keys, tensors = [], []
     for path, leaf in nest.flatten_with_joined_string_paths(value):
         if isinstance(leaf, tf.Tensor):
             key = "/".join(part for part in path.split("/") if not part.isdigit())
-            keys.append(key.replace(NOTE_SEPARATOR, ";"))  # (a note's parts are split there)
+            keys.append(key.replace(NOTE_SEPARATOR, ";"))  # a note's parts are split at it
             tensors.append(leaf)
     return keys, tensors
 

@@ -20,7 +20,7 @@ from divergence.frameworks.tensorflow.records import EAGER, Records
 from divergence.frameworks.tensorflow.values import Pending, read_variable, resolve_pending
 from divergence.store.schema import Kind, Phase
 
-UPDATE = (Kind.PARAM, Phase.OPTIMIZER)  # (a variable's record after an update)
+UPDATE = (Kind.PARAM, Phase.OPTIMIZER)  # a variable's record after an update
 
 
 @dataclasses.dataclass
@@ -42,16 +42,14 @@ class WrittenVariables:
         self.session = recorder.session
         self.records = records
         self.tree = tree
-        # id(model) -> its variables' fingerprints as its last fit() ended (their last
-        # records' where a write at its end, restore_best_weights, has not been recorded yet)
+        # id(model) -> its variables' fingerprints as its last fit() ended, before a write
+        # at its end such as restore_best_weights is recorded
         self.fit_ends: dict[int, FitEnd] = {}
-        # variable name -> its last recorded value after an update (an int or an eager
-        # Pending; dropped when an update of it goes unrecorded) and the variable: what the
-        # program wrote after its last update is recorded at exit (see add_written_at_exit)
+        # variable name -> its last value recorded after an update (dropped when an update
+        # goes unrecorded), and the variable: add_written_at_exit records later writes
         self.updated: dict[str, object] = {}
         self.updated_variables: dict[str, weakref.ref[Any]] = {}
-        # name -> its value as a fit() ended with it written since its last update (a model
-        # freed before exit, in a main() that returned, is read from here)
+        # name -> its value as a fit() that wrote it ended, for a model freed before exit
         self.fit_end_writes: dict[str, Fingerprint] = {}
 
     def note_update(self, name: str, value: object) -> None:
@@ -95,8 +93,9 @@ class WrittenVariables:
             if ended.get(key, (name, now.value))[1] != now.value:
                 value = read_variable(variables[key])
                 self.records.record(EAGER, Phase.FORWARD, Kind.PARAM, name, [value])
-                ended[key] = (name, now.value)  # (its last record now: not written again
-                if name in self.updated:  # at a next evaluate() or at exit)
+                # its last record now: not written again at a next evaluate() or at exit
+                ended[key] = (name, now.value)
+                if name in self.updated:
                     self.updated[name] = now.value
 
     def _weight_prints(self, model: Any) -> dict[int, tuple[str, Fingerprint]]:

@@ -101,7 +101,7 @@ def _laid_out(t: torch.Tensor, stride: list[int]) -> torch.Tensor:
     laid = torch.empty_strided(source.shape, stride, dtype=t.dtype, device=t.device)
     try:
         laid.copy_(source)
-    except RuntimeError:  # (elements sharing memory otherwise, as_strided's: the values stay)
+    except RuntimeError:  # elements share memory, as after as_strided: keep t
         return t
     return laid.expand(t.shape)
 

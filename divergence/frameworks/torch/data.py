@@ -50,13 +50,13 @@ class DataLoaders:
     def record_batch(self, batch: object, iterator: object = None) -> None:
         s = self.session
         if getattr(iterator, "_num_yielded", 0) == 1 and iterator not in self.loader_iterators:
-            # (an epoch's first batch of an iterator built for it; a persistent_workers
-            # iterator is reset for the next epoch, not built again: it draws no new seed)
+            # an epoch's first batch from a new iterator; NB: a persistent_workers iterator is
+            # reset, not rebuilt, for the next epoch, so it draws no new seed
             self.loader_iterators.add(iterator)
             self._note_loader_seed(iterator)
             self._note_loader_settings(iterator)
         if s.begin_event() and s.wants("dataloader"):
-            # (a dict batch in the order of its sorted keys, as a model's inputs are recorded)
+            # a dict batch in sorted key order, as a model's inputs are recorded
             keyed = call_tensors((batch,), {})
             self.records.add_keyed(Phase.DATA, Kind.BATCH, "dataloader", keyed)
 
@@ -65,7 +65,7 @@ class DataLoaders:
         first iterated), where compare shows them as evidence beside a divergence: as records
         they would make runs differ that only set, say, another ``num_workers``."""
         settings = loader_settings(iterator)
-        if settings not in self.loaders_seen:  # (one loader's epochs: one entry)
+        if settings not in self.loaders_seen:  # one loader's epochs: one entry
             self.loaders_seen.append(settings)
 
     def _note_loader_seed(self, iterator: object) -> None:
@@ -92,7 +92,7 @@ class DataLoaders:
 
         @functools.wraps(original)
         def set_epoch(sampler: Any, epoch: int, *args: Any, **kwargs: Any) -> Any:
-            step = session.current_step  # ("sampler": short enough for the report's table)
+            step = session.current_step  # "sampler" fits the report's table
             calls.append({"call": "sampler.set_epoch", "seed": repr(epoch), "step": step})
             return original(sampler, epoch, *args, **kwargs)
 

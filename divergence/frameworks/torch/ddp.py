@@ -34,7 +34,7 @@ class DdpBuckets:
         self.recorder = recorder
         self.group = group
         self.add = add
-        self.buckets: list[tuple[int, str, torch.Tensor]] = []  # (seq, name, reduced) to write
+        self.buckets: list[tuple[int, str, torch.Tensor]] = []  # to write: (seq, name, reduced)
         self.bucket_seq = 0
         self.in_bucket_hook = False  # the hook's own all_reduce is recorded as the bucket
         self.lock = threading.Lock()
@@ -93,7 +93,7 @@ class DdpBuckets:
 
         @functools.wraps(original)
         def register_comm_hook(ddp: Any, state: object, hook: Callable[..., Any]) -> Any:
-            if isinstance(hook, BuiltinReduction):  # (ours: not a setting of the run)
+            if isinstance(hook, BuiltinReduction):  # ours is not a setting of the run
                 return original(ddp, state, buckets._bucket_hook(hook))
             buckets.recorder.guarded_call(buckets._saw_ddp, ddp)
             buckets._note_hook(hook.__qualname__)

@@ -30,7 +30,7 @@ class BuiltinReduction:
         """A comm hook the script registers after this one took DDP's slot runs instead."""
         self.replacement = (state, hook)
 
-    # (annotations evaluated, not strings: DDP compares them with its own types)
+    # annotations evaluated, not strings: DDP compares them with its own types
     def __call__(
         self, state: object, bucket: dist.GradBucket
     ) -> torch.futures.Future[torch.Tensor]:

@@ -67,13 +67,13 @@ COLLECTIVES = {
     "all_gather_into_tensor": ("input_tensor", "output_tensor"),
     "reduce_scatter": ("input_list", "output"),
     "reduce_scatter_tensor": ("input", "output"),
-    "reduce": ("tensor", "tensor"),  # (the output only on the destination rank)
-    "gather": ("tensor", "gather_list"),  # (a list only on the destination rank)
-    "scatter": ("scatter_list", "tensor"),  # (a list only on the source rank)
+    "reduce": ("tensor", "tensor"),  # the output only on the destination rank
+    "gather": ("tensor", "gather_list"),  # a list only on the destination rank
+    "scatter": ("scatter_list", "tensor"),  # a list only on the source rank
     "all_to_all": ("input_tensor_list", "output_tensor_list"),
     "all_to_all_single": ("input", "output"),
-    "all_gather_single": ("input_tensor", "output_tensor"),  # (FSDP2's)
-    "reduce_scatter_single": ("input", "output"),  # (FSDP2's)
+    "all_gather_single": ("input_tensor", "output_tensor"),  # FSDP2's
+    "reduce_scatter_single": ("input", "output"),  # FSDP2's
 }
 
 
@@ -82,14 +82,14 @@ def reduce_op_note(op: object) -> str:
 
     >>> reduce_op_note(dist.ReduceOp.MAX), reduce_op_note(dist.ReduceOp.SUM), reduce_op_note(None)
     ('reduce op MAX', '', '')
-    >>> reduce_op_note(dist.ReduceOp(dist.ReduceOp.AVG))  # (an instance: its .op is the type)
+    >>> reduce_op_note(dist.ReduceOp(dist.ReduceOp.AVG))  # an instance: its .op is the type
     'reduce op AVG'
     """
     if op is None:
         return ""
-    kind = getattr(op, "op", op)  # (a ReduceOp instance, PREMUL_SUM's with its factor)
+    kind = getattr(op, "op", op)  # a ReduceOp instance, PREMUL_SUM's with its factor
     name = getattr(kind, "name", None)
-    if not isinstance(name, str):  # (never the object's repr: its address changes per run)
+    if not isinstance(name, str):  # never the repr: its address changes per run
         name = type(op).__name__
     return "" if name == "SUM" else f"{REDUCE_OP}{name}"
 
@@ -109,7 +109,7 @@ class DistributedProbes(Instrumentation):
         self, session: Session, written: Callable[[torch.Tensor], None] = lambda t: None
     ) -> None:
         super().__init__(session)
-        # (what a collective or a message wrote, without a version bump: the cache forgets it)
+        # what a collective or a message wrote, without a version bump: the cache forgets it
         self.written = written
         self.calls: dict[str, int] = {}  # op -> calls in this step (names are op#count)
         # id(work) -> (work, name, outputs, note) of async collectives
@@ -129,7 +129,7 @@ class DistributedProbes(Instrumentation):
         c10d = dist.distributed_c10d
         for op in COLLECTIVES:
             original = getattr(c10d, op, None) or getattr(dist, op, None)
-            if original is None:  # (not in this torch)
+            if original is None:  # absent in this torch version
                 continue
             wrapped = self._wrap_collective(op, original)
             for owner in (dist, c10d):
@@ -217,7 +217,7 @@ class DistributedProbes(Instrumentation):
         name, bound = call
         outputs = _tensors(bound.arguments.get(target))
         if name.startswith("reduce#") and not _is_root(bound, "dst"):
-            outputs = []  # (what a reduce leaves on the other ranks is not its result)
+            outputs = []  # what a reduce leaves on the other ranks is not its result
         note = reduce_op_note(bound.arguments.get("op"))
         if result is None or not bound.arguments.get("async_op", False):
             self._add_output(name, outputs, note)
@@ -242,7 +242,7 @@ class DistributedProbes(Instrumentation):
             if name is not None and op == RECEIVE and work is not None:
                 with probes.lock:
                     probes.receiving[id(work)] = (work, name, list(tensors), group, peer)
-                    if len(probes.receiving) > UNWAITED_RECEIVES:  # (never waited: forgotten)
+                    if len(probes.receiving) > UNWAITED_RECEIVES:  # never waited: forgotten
                         del probes.receiving[next(iter(probes.receiving))]
             return work
 
@@ -282,7 +282,7 @@ class DistributedProbes(Instrumentation):
             entries = [self.receiving.pop(key) for key in posted]
             for work in works:
                 self.batches[id(work)] = (work, entries)
-            while len(self.batches) > UNWAITED_RECEIVES:  # (never waited: forgotten)
+            while len(self.batches) > UNWAITED_RECEIVES:  # never waited: forgotten
                 del self.batches[next(iter(self.batches))]
 
     def _before_message(
@@ -338,7 +338,7 @@ class DistributedProbes(Instrumentation):
             received = self.receiving.pop(id(work), None)
             held, batch = self.batches.pop(id(work), (None, []))
             batched: list[Received] = []
-            if held is work:  # (the batch's other works then find it recorded)
+            if held is work:  # the batch's other works then find it recorded
                 batched, batch[:] = list(batch), []
         if entry is not None and entry[0] is work:
             self._add_output(*entry[1:])
@@ -372,13 +372,13 @@ class DistributedProbes(Instrumentation):
         complete for a receive from any rank)."""
         note = f"from {_global_rank(group, peer)}" if peer is not None else ANY_SOURCE
         if peer is None:
-            with contextlib.suppress(AttributeError, RuntimeError):  # (a backend that won't say)
+            with contextlib.suppress(AttributeError, RuntimeError):  # some backends won't say
                 source = work._source_rank()  # type: ignore[attr-defined]
                 note = f"from {_global_rank(group, source)} ({ANY_SOURCE})"
         self._add_output(name, buffers, note)
 
     def _before_step(self, *_: Any) -> None:
-        if torch.compiler.is_compiling():  # (a lock breaks the graph: flushed when eager)
+        if torch.compiler.is_compiling():  # a lock breaks the graph: flushed when eager
             return
         self.guarded_call(self._flush_buckets)
         if self.waiting:

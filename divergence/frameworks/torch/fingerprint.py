@@ -57,17 +57,14 @@ _memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
 _memory_view.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
 _memory_view.restype = ctypes.py_object
 PYBUF_READ = 0x100
-# The fast path for the tensors almost every record reads. A tensor's dispatch key set tells its
-# device, layout, subclass dispatch, functorch wrapping, quantization, nesting and conj/neg bits:
-# the key sets the general path found plain (dense, CPU, nothing to resolve) are remembered, and a
-# contiguous tensor with one of them is hashed with its header and memory view looked up by
-# (address, dtype, shape). A view reads whatever that memory holds now: reusing one is exact.
+# Fast path: dispatch key sets the general path found plain (dense, CPU) are remembered; a
+# contiguous tensor with one reuses a memory view keyed by address, dtype and shape.
 _PLAIN_HOST_KEYS: set[int] = set()
 _HOST_VIEWS: dict[tuple[int, torch.dtype, torch.Size], tuple[memoryview, str, tuple[int, ...], int]]
 _HOST_VIEWS = {}
 _VIEWS_LIMIT = 8192  # about 5 MiB of views and keys; cleared when full
 _new_fingerprint = tuple.__new__  # skips NamedTuple's Python-level __new__
-_xxh3_64 = xxhash.xxh3_64_intdigest  # (fingerprint_buffer, without a call of its own)
+_xxh3_64 = xxhash.xxh3_64_intdigest  # fingerprint_buffer's hash, called directly
 
 
 def dtype_name(dtype: torch.dtype) -> str:

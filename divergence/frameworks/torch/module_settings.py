@@ -19,11 +19,11 @@ True
 >>> class StdConv2d(torch.nn.Conv2d):
 ...     def __init__(self) -> None:
 ...         super().__init__(3, 8, 3)
-...         self.log_path = "/tmp/run-17"  # (a user's attribute: not a setting)
+...         self.log_path = "/tmp/run-17"  # a user's attribute, not a setting
 >>> plain = module_settings(torch.nn.Conv2d(3, 8, 3))
 >>> layer_class(StdConv2d()), module_settings(StdConv2d()) == plain
 ('Conv2d', True)
->>> list(module_settings(StdConv2d())) == list(plain)  # (in the same order)
+>>> list(module_settings(StdConv2d())) == list(plain)  # in the same order
 True
 """
 
@@ -45,7 +45,7 @@ def module_settings(module: torch.nn.Module) -> dict[str, object] | None:
     keys = [key for key in found if not key.startswith("_") and key != "training"]
     if _derived_by_user(type(module), layer):
         torch_set = _set_by_torch(layer)
-        own_name = type(module).__name__  # (an Upsample names itself after its class)
+        own_name = type(module).__name__  # e.g. Upsample's name is its class name
         keys = [k for k in keys if k in torch_set and not (k == "name" and found[k] == own_name)]
     settings = {key: value for key in keys if _plain(value := found[key])}
     return settings or None
@@ -125,7 +125,7 @@ def loader_settings(iterator: object) -> dict[str, object]:
     >>> g = torch.Generator().manual_seed(5)
     >>> loader_settings(iter(DataLoader([1, 2], shuffle=True, generator=g)))["generator"]
     'own, initial seed 5'
-    >>> loader_settings(it)["generator"]  # (it shuffles with torch's global generator)
+    >>> loader_settings(it)["generator"]  # it shuffles with torch's global generator
     'global'
     """
     index_sampler = getattr(iterator, "_index_sampler", None)
@@ -134,15 +134,15 @@ def loader_settings(iterator: object) -> dict[str, object]:
     settings: dict[str, object] = {
         "sampler": type(sampler).__name__,
         "batch_size": getattr(index_sampler, "batch_size", None),
-        # (a batch_sampler= of the program's own: its drop_last, not the loader's ignored one)
+        # a program's own batch_sampler=: its drop_last, as the loader's is ignored
         "drop_last": getattr(index_sampler, "drop_last", getattr(iterator, "_drop_last", None)),
         "num_workers": getattr(iterator, "_num_workers", None),
         "persistent_workers": getattr(iterator, "_persistent_workers", None),
-        "in_order": getattr(iterator, "_in_order", None),  # (with workers only)
+        "in_order": getattr(iterator, "_in_order", None),  # with workers only
         "worker_init_fn": getattr(init, "__qualname__", type(init).__name__) if init else None,
     }
     generator = getattr(sampler, "generator", ...)
-    if generator is not ...:  # (a sampler that draws: which generator it draws from)
+    if generator is not ...:  # a random sampler: the generator it draws from
         settings["generator"] = _generator_setting(generator)
     return {key: value for key, value in settings.items() if _plain(value)}
 

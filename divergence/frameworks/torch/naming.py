@@ -46,9 +46,8 @@ class ModuleTree:
         self.group_settings = group_settings
         self.on_adopt = on_adopt
         self.names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
-        # the live roots (model calls), each with its number and the prefix of its names
-        # (`Label#N.`, none for number 0). Numbers count every root adopted, also freed ones,
-        # so that names never depend on when the garbage collector ran.
+        # live roots with their number and name prefix `Label#N.` (none for 0); freed roots
+        # keep their number, so names never depend on when the garbage collector ran
         self.roots: list[tuple[weakref.ref[torch.nn.Module], int, str]] = []
         self.roots_named = 0
         # roots holding a lazy module's parameters still uninitialised: (root, name prefix, the
@@ -84,8 +83,8 @@ class ModuleTree:
     def adopt_root(self, root: torch.nn.Module) -> str:
         """Name a new root's module tree and parameters; record its initial parameters."""
         if not self.keras_layers_seen and type(root).__module__.startswith("keras."):
-            self.keras_layers_seen = True  # (Keras 3 on the torch backend: its layers are
-            # torch modules, its fit() loop and optimizers are not torch's)
+            # Keras 3 on torch: its layers are torch modules, its fit() and optimizers are not
+            self.keras_layers_seen = True
             print(f"diverge: {KERAS_ON_TORCH}", file=sys.stderr)
         number = self._absorb_roots_inside(root)
         if number is None:
@@ -116,8 +115,8 @@ class ModuleTree:
             settings = module_settings(module)
             if settings is not None and s.wants(name):
                 fingerprint, text = self.group_settings(settings)
-                # The class leads the note, unhashed: compare names a layer's kernels by it
-                # (a Conv2d's on CUDA are cuDNN's), and runs written before it hash alike.
+                # The class leads the note so compare can name a layer's kernels, e.g. cuDNN
+                # for a Conv2d on CUDA; it is left out of the fingerprint.
                 note = f"class={layer_class(module)!r}{SEPARATOR}{text}"
                 s.add(Phase.INIT, Kind.HYPERPARAM, name, fingerprint, note=note)
 
@@ -149,7 +148,7 @@ class ModuleTree:
         # Parameters first: Keras' torch-backend layers make their parameter dict (a module)
         # when asked for their parameters.
         named = list(root.named_parameters())
-        modules = dict(root.named_modules())  # (a scripted root has no get_submodule)
+        modules = dict(root.named_modules())  # a scripted root has no get_submodule
         for path, param in named:
             owner, _, key = path.rpartition(".")
             module = modules[owner]

@@ -28,8 +28,8 @@ UNINITIALISED = frozenset(
     }
 )
 
-# In-place ops that overwrite every element of the argument they write without reading it
-# (op packet names): its old contents never matter, and may be another run's leftover memory.
+# Op packets that overwrite every element they write without reading it: the old contents
+# never matter, and may be another run's leftover memory.
 OVERWRITES = frozenset(
     {
         "copy_",
@@ -54,7 +54,7 @@ class OpInfo:
     mutable: bool  # writes an argument in place
     view: bool  # its output aliases an input
     uninitialised: bool  # its output is uninitialised memory
-    written: tuple[tuple[int, str], ...]  # (position, name) of each argument it writes
+    written: tuple[tuple[int, str], ...]  # each argument it writes: (position, name)
     overwrites: bool  # it overwrites what it writes whole, without reading it
     # a profiler mark (``record_function``, which Optimizer.step and DataLoader emit): it takes
     # and makes no tensor, and must not open a step (it runs before an optimizer's pre-hooks)

@@ -112,7 +112,7 @@ class OpRecorder(OpZoom):
         super().remove()
 
     def after_step_start(self) -> None:
-        self.garbage.clear()  # (the shared cache is cleared by the module recorder)
+        self.garbage.clear()  # the shared cache is cleared by the module recorder
         self.owners.clear()
         if not self.active and not self.disabled and not self.regions:
             self.mode.__enter__()
@@ -156,7 +156,7 @@ class OpRecorder(OpZoom):
             self._exit_if_done()
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
-        if torch.compiler.is_compiling():  # (traced, it would guard on the recorder's state)
+        if torch.compiler.is_compiling():  # if traced, dynamo would guard on the recorder's state
             return
         self.optimizer = type(optimizer).__name__
 
@@ -209,7 +209,7 @@ class OpRecorder(OpZoom):
 
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         s = self.session
-        # (a second optimizer's update can belong to a recorded step when the next is not)
+        # a second optimizer's update can belong to a recorded step when the next is not
         recording = s.recording or s.optimizer_event_recorded()
         if self.paused or self.disabled or not recording or self.recorder.not_training:
             return func(*args, **kwargs)
@@ -283,8 +283,7 @@ class OpRecorder(OpZoom):
             # An argument the op writes is read past the cache: the cache may hold a value
             # stored under the same version by an earlier alias of it.
             cached = id(t) not in written_ids
-            # (only the argument the op writes, self: the same tensor passed again as another
-            # argument, bernoulli_(p=self), copy_(self), is read)
+            # only slot 0 is overwritten: self passed again, as in copy_(self), is read
             overwritten = not cached and info.overwrites and slot == 0
             fingerprint = self._add(
                 phase, OP_INPUT, name, t, slot, dump, cached, note, not cached, overwritten

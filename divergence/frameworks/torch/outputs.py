@@ -26,7 +26,7 @@ def tensors_of(value: object) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
-        for item in value:  # (a loop: a generator in all() costs more than the records)
+        for item in value:  # a loop: a generator in all() would cost more than the records
             if not isinstance(item, torch.Tensor):
                 break
         else:
@@ -43,7 +43,7 @@ def keyed_tensors(value: object) -> list[tuple[str, torch.Tensor]]:
     >>> keyed_tensors((torch.ones(1), torch.ones(1)))[1][0]
     ''
     """
-    if type(value) is torch.Tensor:  # (most module outputs: one call per module call)
+    if type(value) is torch.Tensor:  # most module outputs; runs once per module call
         return [("", value)]
     tensors = tensors_of(value)
     if type(value) in (tuple, list) and len(tensors) == len(value):  # type: ignore[arg-type]

@@ -30,8 +30,8 @@ ParamSlot = tuple["weakref.ref[torch.nn.Module]", str]
 # A root's parameter, where it lives: (its module, its key there, its name). Never a weak
 # reference to the parameter itself: ``torch.utils.swap_tensors`` refuses a tensor that has one.
 Slot = tuple["weakref.ref[torch.nn.Module]", str, str]
-# ... and the id of the parameter adopted there: another object in the slot is a replacement
-# (a Parameter) or a stand-in for one call (torch.func.functional_call's tensors)
+# ... and the adopted parameter's id: another object there is a replacing Parameter or a
+# stand-in for one call, as torch.func.functional_call's tensors are
 Watched = tuple["weakref.ref[torch.nn.Module]", str, str, int]
 
 
@@ -126,7 +126,7 @@ class ParameterBook:
                 watched[slot] = (module_ref, key, name, id(param))
                 if not self.adopted(param):
                     self.adopt(param, module, key, name)  # type: ignore[arg-type]
-                    del self.versions[id(param)]  # (never recorded: a write)
+                    del self.versions[id(param)]  # never recorded, so this is a write
             yield name, param
 
     def moved(self, param: torch.Tensor) -> bool:
@@ -187,9 +187,9 @@ class ParameterBook:
         return handle is not None and hooks is not None and handle.hooks_dict_ref() is hooks
 
     def _hook_gradient(self, param: torch.Tensor) -> None:
-        if not param.is_leaf:  # (FSDP's use_orig_params=True parameters are views of its flat
-            return  # parameter in the forward: torch refuses the hook; their gradients are
-            # recorded as the optimizer step reads them)
+        # NB: FSDP's use_orig_params views refuse the hook; the optimizer step records them
+        if not param.is_leaf:
+            return
         self.grad_hooks[id(param)] = param.register_post_accumulate_grad_hook(self.on_gradient)
 
     def hook_unfrozen(self) -> None:
@@ -203,7 +203,7 @@ class ParameterBook:
                 continue
             if not param.requires_grad:
                 still_frozen.append(slot)
-            elif not self._hooked(param):  # (one adopted again keeps its hook)
+            elif not self._hooked(param):  # one adopted again keeps its hook
                 self._hook_gradient(param)
         self.frozen = still_frozen
 

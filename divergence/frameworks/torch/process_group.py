@@ -59,7 +59,7 @@ class GroupMetadata:
     def metadata(self) -> dict[str, Any]:
         """``{"distributed": {...}}`` once a process group existed (or a launcher set RANK)."""
         if self.group_pid is not None and self.group_pid != os.getpid():
-            self.info, self.group_pid = {}, None  # (forked from a rank: not in its group)
+            self.info, self.group_pid = {}, None  # forked from a rank, so not in its group
         if dist.is_initialized() and self.group_pid is not None:
             self.info.update(
                 backend=str(dist.get_backend()),
@@ -74,7 +74,7 @@ class GroupMetadata:
         self.info["local_rank"] = _int(env.get("LOCAL_RANK"))
         self.info["local_world_size"] = _int(env.get("LOCAL_WORLD_SIZE"))
         self.info["launcher"] = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "other"
-        if "TORCHELASTIC_RESTART_COUNT" in env:  # (the attempt: torchrun --max-restarts)
+        if "TORCHELASTIC_RESTART_COUNT" in env:  # an attempt of torchrun --max-restarts
             self.info["restart_count"] = _int(env.get("TORCHELASTIC_RESTART_COUNT"))
         return {"distributed": dict(sorted(self.info.items()))}
 

@@ -52,8 +52,8 @@ from divergence.store.schema import BEFORE_HOOKS, Kind, Phase, with_key
 WRAPPERS = frozenset(
     {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
 )
-# torch.distributed.pipelining: the module, its stage classes and their methods that run a
-# stage's module on tensors made from metadata (torch 2.13; absent ones are left alone)
+# torch.distributed.pipelining's stage classes and their methods that run a stage's module on
+# tensors made from metadata, as named in torch 2.13; absent ones are left alone
 PIPELINE_STAGES = "torch.distributed.pipelining.stage"
 PIPELINE_STAGE_CLASSES = ("PipelineStage", "_PipelineStage", "_PipelineStageBase")
 PIPELINE_METADATA_INFERENCE = (
@@ -79,7 +79,7 @@ class TorchRecorder(Instrumentation):
             self.records,
             self.stack,
             self.group_settings,
-            on_adopt=lambda root: self.writes.watch_freed(root),  # (writes is made below)
+            on_adopt=lambda root: self.writes.watch_freed(root),  # self.writes is made below
         )
         self.steps = OptimizerSteps(self, self.records, self.tree, self.group_settings)
         self.writes = ParameterWrites(self, self.records, self.tree, self.steps)
@@ -114,14 +114,14 @@ class TorchRecorder(Instrumentation):
             probe=self.probe,
             pending=(PendingSum, resolve_pending),
         )
-        # (every step, recorded or not: a second optimizer continuing a step outside --steps
-        # must not be taken for the first one stepping again)
+        # every step, recorded or not: a second optimizer continuing a step outside --steps
+        # must not be taken for the first one stepping again
         self.undo.append(s.on_step_open(self.steps.stepped_this_step.clear))
         # collectives, messages, DDP buckets, rank metadata
         self.undo.append(distributed.install(s, self.cache.forget))
         scaler.install(self)  # GradScaler's state, and the steps it skips
         self.listen(s.on_finish, self.steps.settle_compiled_steps)
-        self.listen(s.on_finish, self.writes.add_written_at_exit)  # (after settle: its steps first)
+        self.listen(s.on_finish, self.writes.add_written_at_exit)  # after settle: its steps first
         self.listen(s.on_explicit_step, self.writes.add_updated_parameters)
         return self.remove
 
@@ -153,7 +153,7 @@ class TorchRecorder(Instrumentation):
             meta["sampler_epochs"] = self.data.sampler_epochs
         if self.seeds.thread_calls:
             meta["thread_calls"] = self.seeds.thread_calls
-        if self.tree.keras_layers_seen:  # (compare words the note: see wording.KERAS_ON_TORCH)
+        if self.tree.keras_layers_seen:  # compare words it: wording.KERAS_ON_TORCH
             meta["keras_backend"] = "torch"
         return meta
 
@@ -168,7 +168,7 @@ class TorchRecorder(Instrumentation):
         if inner is not None:
             self.regions.enter_compiled(inner, args, call_keywords(module))
         elif not self.regions.depth and type(module).__name__ not in WRAPPERS:
-            # (a compiled backend's own graph modules are skipped)
+            # a compiled backend's own graph modules are skipped
             self.calls.enter(module, args, call_keywords(module))
 
     def after_forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
@@ -207,9 +207,8 @@ class TorchRecorder(Instrumentation):
 
         @functools.wraps(original)
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            # Traced by dynamo (a backward inside compiled code): straight to the graph break
-            # torch takes there. Dynamo compiles this frame too, so a loss whose backward is
-            # called in compiled code is not recorded (the region's inside is not observed).
+            # NB: under dynamo this goes straight to torch's graph break, so a backward called
+            # in compiled code does not record its loss
             if not torch.compiler.is_compiling():
                 recorder.guarded_call(recorder.record_loss, tensor)
             return original(tensor, *args, **kwargs)

@@ -106,7 +106,7 @@ def call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[st
     ['a', 'a', 'b', 'labels', 'mask']
     """
     if not kwargs:
-        for arg in args:  # (the usual call: tensors only)
+        for arg in args:  # the usual call holds tensors only
             if not isinstance(arg, torch.Tensor):
                 break
         else:

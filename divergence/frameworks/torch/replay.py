@@ -43,7 +43,7 @@ def check_device(device: str) -> None:
         )
     try:
         torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as exc:  # (a CPU build asserts on "cuda")
+    except (RuntimeError, AssertionError) as exc:  # a CPU build asserts on "cuda"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(
             f"--device {device}: not usable here ({reason})",
@@ -150,7 +150,7 @@ def replay(
     threads = threads or recorded_threads(file.meta)
     before = torch.get_num_threads()
     if threads and torch.device(device).type == "cpu":
-        torch.set_num_threads(threads)  # (the caller's count is restored after)
+        torch.set_num_threads(threads)  # the caller's count is restored after
     try:
         return _replay(file, inputs, outputs, pattern, step, call, times, device)
     finally:
@@ -176,8 +176,7 @@ def _replay(
         )
     tensors = [_input(file, row, device, pattern) for row in inputs]
     name = file.strings[file.records["name"][inputs[0]]]
-    # (an output of uninitialised memory, as empty_like returns, was not fingerprinted: its
-    # bits vary from call to call whatever the op, and say nothing of it)
+    # outputs of uninitialised memory (empty_like) were not fingerprinted: they say nothing
     compared = [i for i, row in enumerate(outputs) if file.records["status"][row] == Status.OK]
     if not compared:
         reason = file.strings[file.records["note"][outputs[0]]] if outputs else "no output"
@@ -195,9 +194,8 @@ def _replay(
         torch.get_num_threads(),
         [int(file.records["fp"][outputs[i]]) for i in compared],
     )
-    # Every execution starts from one generator state, so that a random op (dropout's
-    # bernoulli_) is judged on itself, not on the numbers drawn before it; the caller's state
-    # is restored after.
+    # Every execution starts from one generator state, so a random op such as bernoulli_ is
+    # judged on itself; the caller's state is restored after.
     cuda = [torch.device(device)] if torch.device(device).type == "cuda" else []
     with torch.random.fork_rng(devices=cuda, device_type="cuda"):
         start = torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in cuda]

@@ -64,7 +64,7 @@ def _wrap_step(recorder: Host, original: Callable[..., Any]) -> Callable[..., An
         steps = recorder.steps
         taken = steps.optimizer_steps
         result = original(scaler, optimizer, *args, **kwargs)
-        # (a compiled optimizer.step() is counted later, when its region is settled)
+        # a compiled optimizer.step() is counted later, when its region is settled
         stepped = steps.optimizer_steps != taken or steps.compiled_steps
         if not stepped and scaler.is_enabled():
             recorder.guarded_call(skipped, recorder)

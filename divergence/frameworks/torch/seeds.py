@@ -20,8 +20,8 @@ from divergence.record.rng import HostGenerators, state_after_seed, unwrapped
 from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 
-MAX_THREAD_CALLS = 64  # (a loop that sets the count every step is noted 64 times)
-RNG_STATE = (("get_rng_state", "set_rng_state"),)  # (getter, setter) pairs
+MAX_THREAD_CALLS = 64  # a loop setting it every step is noted 64 times
+RNG_STATE = (("get_rng_state", "set_rng_state"),)  # getter and setter pairs
 CUDA_RNG_STATES = (("get_rng_state", "set_rng_state"), ("get_rng_state_all", "set_rng_state_all"))
 
 
@@ -72,9 +72,9 @@ class SeedCalls:
             value = args[0] if args else kwargs.get("seed", kwargs.get("a"))
             result = original(*args, **kwargs)
             call: dict[str, Any] = {"call": label, "seed": repr(value), "step": session.step}
-            if label == "torch.seed":  # (it returns the seed it drew from the OS)
+            if label == "torch.seed":  # returns the seed it drew from the OS
                 call.update(seed=repr(result), entropy=True)
-            elif value is None:  # (the OS gave the seed: the state it left tells runs apart)
+            elif value is None:  # the OS gave the seed: the state it left tells runs apart
                 call["entropy"] = True
                 if state := state_after_seed(label):
                     call["state"] = state
@@ -86,7 +86,7 @@ class SeedCalls:
 
 def rng_fingerprints(host: HostGenerators) -> list[tuple[str, Fingerprint]]:
     """The python and numpy generator states, then torch's (CPU, and CUDA once initialised)."""
-    torch_state = unwrapped(torch.get_rng_state)()  # (not through the patch on the program's)
+    torch_state = unwrapped(torch.get_rng_state)()  # bypasses the patch on the program's calls
     prints = [*host.fingerprints(), ("torch.cpu", fingerprint_tensor(torch_state))]
     if torch.cuda.is_initialized():
         for index, state in enumerate(unwrapped(torch.cuda.get_rng_state_all)()):

@@ -42,7 +42,7 @@ class OptimizerSteps:
         self.tree = tree
         self.group_settings = group_settings
         self.state_labels: dict[tuple[str, object], str] = {}
-        self.optimizer_labels = recorder.optimizer_labels  # (GradScaler's records use it too)
+        self.optimizer_labels = recorder.optimizer_labels  # GradScaler's records use it too
         self.optimizer_steps = 0  # optimizer.step() calls that returned
         # ids of the optimizers whose step() is running, outermost first: LBFGS calls the
         # model inside its own, ZeroRedundancyOptimizer another optimizer's step
@@ -54,8 +54,8 @@ class OptimizerSteps:
         # optimizers whose state before their first step is recorded (weakly held: a freed
         # optimizer's id can be a new one's)
         self.optimizers_seen: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-        # where the bare parameters are (tensors in no module, adopted from an optimizer):
-        # (optimizer, group, index), looked at for writes as a model is called
+        # each bare parameter's optimizer, group and index: a tensor in no module, adopted
+        # from an optimizer; looked at for writes as a model is called
         self.bare_slots: list[tuple[weakref.ref[torch.optim.Optimizer], int, int]] = []
         # optimizers stepped inside compiled code since the last look (see step_post_hook);
         # never replaced by another list: compiled code appends to this one
@@ -74,7 +74,7 @@ class OptimizerSteps:
         and those steps are recorded as one or two."""
         after = self.recorder.guard(self.after_optimizer_step)
         compiled_steps = self.compiled_steps
-        limit = 2  # (two optimizers stepping in one compiled function: a GAN's)
+        limit = 2  # a GAN steps two optimizers in one compiled function
 
         def optimizer_step_post_hook(optimizer: torch.optim.Optimizer, *args: Any) -> None:
             if torch.compiler.is_compiling():
@@ -99,11 +99,8 @@ class OptimizerSteps:
         (:meth:`Session.begin_optimizer_event`)."""
         self._enter_step(optimizer)
         s = self.session
-        # What the update reads and was not recorded belongs to the step this update belongs
-        # to: a second optimizer's (clipped with the first's) continues the step the first
-        # closed, whose number is one less than the session's now (inside --steps or not);
-        # the same optimizer stepping again opens the next (LBFGS reads the gradients of the
-        # closure it calls, not these, left by the last step).
+        # Unrecorded reads belong to this update's step: a second optimizer continues the step
+        # the first closed, the same one stepping again opens the next (LBFGS reads its own).
         again = id(optimizer) in self.stepped_this_step
         begin = s.begin_event if again else s.begin_optimizer_event
         if not (s.recording if again else s.optimizer_event_recorded()):
@@ -117,9 +114,9 @@ class OptimizerSteps:
         for name, param in stepped:
             grad = param.grad
             if grad is not None and self.params.grad_changed(param) and s.wants(name):
-                value = self.cache.get(grad).value  # (the record below reuses it)
+                value = self.cache.get(grad).value  # the record below reuses it
                 if self.params.grad_unchanged_in_place(param, value):
-                    self.params.grad_recorded(param, value)  # (clip_grad_norm_ by 1.0)
+                    self.params.grad_recorded(param, value)  # clip_grad_norm_ by 1.0: unchanged
                     continue
                 if not begin():
                     continue
@@ -195,16 +192,16 @@ class OptimizerSteps:
         s = self.session
         self.optimizer_steps += 1
         self._leave_step(optimizer)
-        self.params.stepped(optimizer)  # (also outside --steps: a step is not a write)
-        if not self.stepped_this_step:  # (the step's first optimizer: a new last step)
+        self.params.stepped(optimizer)  # also outside --steps: a step is not a write
+        if not self.stepped_this_step:  # the step's first optimizer starts a new last step
             self.last_stepped = set()
         self.last_stepped.update(id(p) for group in optimizer.param_groups for p in group["params"])
         if s.begin_optimizer_event():
             state = optimizer.state
             label = self.optimizer_labels.of(optimizer)
-            names = self.params.names  # (every one named before the step, bare ones too)
+            names = self.params.names  # all named before the step, bare ones too
             for g, group in enumerate(optimizer.param_groups):
-                settings = f"{label}.group{g}"  # (lr, betas...: as this update used them)
+                settings = f"{label}.group{g}"  # lr, betas, ... as this update used them
                 if s.wants(settings):
                     fingerprint, text = self.group_settings(group)
                     s.add(Phase.OPTIMIZER, Kind.HYPERPARAM, settings, fingerprint, note=text)
@@ -224,8 +221,9 @@ class OptimizerSteps:
             if not self.stepped_this_step:
                 self.tree.add_buffers()
         self.stepped_this_step.add(id(optimizer))
-        if not self.stepping:  # (an optimizer stepping inside another's step, such as the
-            # local one of ZeroRedundancyOptimizer or a Lookahead's inner one: the outer closes)
+        # an inner optimizer (ZeroRedundancyOptimizer's local one, Lookahead's) leaves the
+        # step to the outer one to close
+        if not self.stepping:
             s.optimizer_stepped()
 
     def _named_late(self, param: torch.Tensor, optimizer: torch.optim.Optimizer) -> str:

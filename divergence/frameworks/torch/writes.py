@@ -51,7 +51,7 @@ class ParameterWrites:
             return
         for name, param in self.params.read_by(root):
             self.records.add_if_written(Phase.FORWARD, name, param)
-        for name, param in self.steps.bare_parameters():  # (which model reads them: unknown)
+        for name, param in self.steps.bare_parameters():  # which model reads them is unknown
             self.records.add_if_written(Phase.FORWARD, name, param)
 
     def add_updated_parameters(self) -> None:
@@ -91,7 +91,7 @@ class ParameterWrites:
         tables = [module._parameters for module in root.modules()]
         note = self.recorder.guard(self._note_freed_writes)
         finalizer = weakref.finalize(root, run_uncompiled, note, tables)
-        finalizer.atexit = False  # (at exit, :meth:`add_written_at_exit` looks at live roots)
+        finalizer.atexit = False  # at exit, add_written_at_exit looks at live roots
         self.recorder.undo.append(lambda: finalizer.detach() and None)
 
     def _note_freed_writes(self, tables: list[dict[str, torch.Tensor | None]]) -> None:
