@@ -48,6 +48,13 @@ class Phase(IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
+    # read as their labels in text; the int value stays what files hold
+    def __str__(self) -> str:
+        return self.label
+
+    def __format__(self, spec: str) -> str:
+        return format(self.label, spec)
+
 
 class Kind(IntEnum):
     """What a record fingerprints."""
@@ -75,6 +82,13 @@ class Kind(IntEnum):
     @property
     def label(self) -> str:
         return self.name.lower()
+
+    # read as their labels in text; the int value stays what files hold
+    def __str__(self) -> str:
+        return self.label
+
+    def __format__(self, spec: str) -> str:
+        return format(self.label, spec)
 
 
 # the values a recorder writes (a record with another was damaged: a flipped byte)
