@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.compare.model import Comparison, Divergence, ProcessComparison
+from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason
+from divergence.store.schema import Kind, Phase
 
 
 def process(name: str, step: int, complete: bool) -> ProcessComparison:
-    first = Divergence("length", name, step, "forward", "output", "fc", 0)
+    first = Divergence(Reason.LENGTH, name, step, Phase.FORWARD, Kind.OUTPUT, "fc", 0)
     path = Path(name)
     return ProcessComparison(name, path, path, 10, 6, 6, True, complete, first, None)
 
