@@ -33,7 +33,12 @@ CHUNK_RECORDS = 2048  # rows per chunk (78 KiB): small runs stay small
 
 
 class Phase(IntEnum):
-    """Where in a training step a record was taken (what a user reads as 'phase')."""
+    """Where in a training step a record was taken (what a user reads as 'phase'): its int
+    value in files, its label in text.
+
+    >>> f"{Phase.FORWARD}", str(Phase.INIT), int(Phase.FORWARD)
+    ('forward', 'init', 4)
+    """
 
     MARKER = 0
     INIT = 1
@@ -57,7 +62,11 @@ class Phase(IntEnum):
 
 
 class Kind(IntEnum):
-    """What a record fingerprints."""
+    """What a record fingerprints: its int value in files, its label in text.
+
+    >>> f"{Kind.PARAM_GRAD:>12}", int(Kind.PARAM_GRAD)
+    ('  param_grad', 4)
+    """
 
     INVALID = 0  # zero-filled rows of a torn write read as this
     INPUT = 1  # a module's (or op's) input
