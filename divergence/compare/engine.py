@@ -80,8 +80,8 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         complete_b=b.complete,
         first=first,
         propagation=propagation,
-        rng_differences=sorted(a.strings[i] for i in rng_names),
-        settings_differences=settings,
+        rng_differences=tuple(sorted(a.strings[i] for i in rng_names)),
+        settings_differences=tuple(settings),
     )
 
 

@@ -197,7 +197,7 @@ class Divergence:
         return (self.step, int(self.phase))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Propagation:
     differing_records: int
     differing_in_first_step: int
@@ -288,7 +288,7 @@ class Resume:
         return text
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProcessComparison:
     process: str
     path_a: Path
@@ -300,13 +300,13 @@ class ProcessComparison:
     complete_b: bool
     first: Divergence | None
     propagation: Propagation | None
-    rng_differences: list[str] = field(default_factory=list)
+    rng_differences: tuple[str, ...] = ()
     # settings records that differ where no tensor did: "AdamW.group0 (step 0)"
-    settings_differences: list[str] = field(default_factory=list)
+    settings_differences: tuple[str, ...] = ()
     role: str = ""  # multi-rank runs: see compare/roles.py ROLES
     role_text: str = ""
     # "run A (pid1.h5): <reason>" for each file whose recording stopped early (its end says why)
-    recording_stopped: list[str] = field(default_factory=list)
+    recording_stopped: tuple[str, ...] = ()
     resume: Resume | None = None  # one run resumed the other's training (compare/resume.py)
 
 

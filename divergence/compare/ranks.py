@@ -142,11 +142,10 @@ def _compare_pair(
         if resume.text not in comparison.notes:
             comparison.notes.append(resume.text)
     result = compare_files(key, file_a, file_b)
-    if resume is not None:
-        result.resume = resume
-        # (the views leave the resumed run's initial values out: what it started from)
-        result.first = started_otherwise(key, *unaligned, resume) or result.first
     first = result.first
+    if resume is not None:
+        # (the views leave the resumed run's initial values out: what it started from)
+        first = started_otherwise(key, *unaligned, resume) or first
     if first is not None:
         collective = first.kind in (Kind.COLLECTIVE_IN, Kind.COLLECTIVE_OUT)
         if first.reason == Reason.VALUE and collective:
@@ -156,17 +155,18 @@ def _compare_pair(
         first = replace(first, facts=first.facts.filled(Facts(**run_facts(file_a.meta))))
         if resume is not None:
             first = first.with_facts(resume="continued")
-        result.first = classify(first, causal_differences(environment, resume))
-    result.recording_stopped = [
+        first = classify(first, causal_differences(environment, resume))
+    stopped = tuple(
         f"run {which} ({file.path.name}): {failure}"
         for which, file in (("A", file_a), ("B", file_b))
         if (failure := (file.end or {}).get("failure")) and _missed_steps(file.end or {})
-    ]
+    )
     # (the command's exit status is in every file: said once)
     comparison.notes.extend(
         n for n in failure_notes([(file_a, file_b)]) if n not in comparison.notes
     )
-    return result  # the files go out of scope here: one pair in memory at a time
+    # (the files go out of scope here: one pair in memory at a time)
+    return replace(result, first=first, resume=resume, recording_stopped=stopped)
 
 
 def _load(

@@ -44,10 +44,10 @@ def place_ranks(comparison: Comparison) -> None:
     # (a rank whose file cannot be read may hold the local origin no readable rank shows)
     unread = [p.process for p in comparison.processes if p.first and p.first.unreadable]
     firsts = {p.process: p.first for p in comparison.processes}
-    for p in comparison.processes:
-        message = _message_role(p, firsts)
-        p.role, p.role_text, p.first = message or _role(p, earliest_local, origins, unread)
-        comparison.ranks.setdefault(p.role, []).append(p.process)
+    for i, p in enumerate(comparison.processes):
+        role, text, first = _message_role(p, firsts) or _role(p, earliest_local, origins, unread)
+        comparison.processes[i] = replace(p, role=role, role_text=text, first=first)
+        comparison.ranks.setdefault(role, []).append(p.process)
     for which in ("A", "B"):
         _first_to_stop(comparison, which)
     comparison.picture = [
@@ -73,11 +73,16 @@ def _first_to_stop(comparison: Comparison, which: str) -> None:
     if not after or not all(p.first and p.first.facts.lost_peer for p in after):
         return
     names = ", ".join(p.process for p in first)
-    for p in first:
-        p.role_text += f"; the first of run {which}'s ranks to stop: killed or crashed"
-    for p in after:
-        p.role_text += f"; stopped after {names} in run {which}: a collective lost its peer"
     leading = [p.process for p in first]
+    following = {p.process for p in after}
+    for i, p in enumerate(comparison.processes):
+        if p.process in leading:
+            more = f"; the first of run {which}'s ranks to stop: killed or crashed"
+        elif p.process in following:
+            more = f"; stopped after {names} in run {which}: a collective lost its peer"
+        else:
+            continue
+        comparison.processes[i] = replace(p, role_text=p.role_text + more)
     comparison.ranks[INCOMPLETE] = leading + [
         k for k in comparison.ranks[INCOMPLETE] if k not in leading
     ]

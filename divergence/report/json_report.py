@@ -72,7 +72,7 @@ def process_json(p: ProcessComparison) -> dict[str, Any]:
         ),
         "role": p.role,
         "role_text": p.role_text,
-        "settings_differences": p.settings_differences,
+        "settings_differences": list(p.settings_differences),
         # one run resumed the other's training: {"run": "B", "at_step": 4, "parameters": 4,
         # "unused_batches", "first_buckets", "alike_until"} (compare/model.py Resume)
         "resume": asdict(p.resume) if p.resume else None,

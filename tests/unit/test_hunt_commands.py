@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,7 +66,7 @@ def test_replay_is_told_which_call_of_the_op_parted() -> None:
 
 def test_nothing_to_show_across_a_resume_or_after_a_length_divergence() -> None:
     resumed = comparison_with(None)
-    resumed.processes[0].resume = Resume("B", 4, 2)
+    resumed.processes[0] = replace(resumed.processes[0], resume=Resume("B", 4, 2))
     assert divergence_commands(resumed) == []
     assert divergence_commands(comparison_with(None, reason="length")) == []
     # a structure divergence: the whole step, where the records part
