@@ -37,7 +37,7 @@ def comparison_with(
         OP,
         0,
         occurrence=occurrence,
-        numeric=object() if dumped else None,  # type: ignore[arg-type]
+        numeric=object() if dumped else None,  # (a stand-in: only its presence is read)
         # (as replay counts: the second of two calls, when the report says "call 2 of 2")
         replay_call=occurrence[0] - 1 if occurrence else 0,
     )
