@@ -17,6 +17,7 @@ import click
 
 from divergence.cli.options import width_option
 from divergence.errors import ExitCode
+from divergence.store.schema import Kind
 
 
 @click.command(help=__doc__)
@@ -120,7 +121,7 @@ def _lines(s: object) -> list[str]:
 
     assert isinstance(s, Shown)
     probe = s.probe
-    kind = probe.kind.replace("_", " ")
+    kind = probe.kind.label.replace("_", " ")
     where = f"{probe.phase}  {kind} {probe.slot}  {probe.name}"
     lines = [f"step {probe.step}  {where}  {probe.type_text}{_call_text(s)}"]
     a = s.a
@@ -140,11 +141,11 @@ def _lines(s: object) -> list[str]:
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
     # differing notes say the same bits came in another circumstance, e.g. eval mode in one
     # run only; an optimizer's settings are listed by key below
-    if a is not None and s.b is not None and a.note != s.b.note and a.kind != "hyperparam":
+    if a is not None and s.b is not None and a.note != s.b.note and a.kind != Kind.HYPERPARAM:
         lines += [f"  run A: {a.note or '(no note)'}", f"  run B: {s.b.note or '(no note)'}"]
     elif s.note:  # an op's call (JSON, for replay), or a detail of the record
         lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")
-    if a is not None and s.b is not None and a.kind == "hyperparam" and s.status == "differs":
+    if a is not None and s.b is not None and a.kind == Kind.HYPERPARAM and s.status == "differs":
         from divergence.store.settings import differing_settings
 
         differing = differing_settings(a.note, s.b.note)

@@ -14,7 +14,7 @@ import numpy as np
 
 from divergence.compare.align import scan, string_mapping
 from divergence.compare.length import ended_inside_step, length_divergence
-from divergence.compare.model import Divergence, ProcessComparison, Propagation
+from divergence.compare.model import Divergence, ProcessComparison, Propagation, Reason
 from divergence.compare.pairing import Pairing, pair_by_identity
 from divergence.compare.refusals import refuse_mixed_algorithms
 from divergence.compare.rng_evidence import add_rng_evidence
@@ -52,7 +52,7 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     first: Divergence | None = None
     if first_value is not None:
         first = value_divergence(key, a, b, first_value)
-        add_rng_evidence(first, a, b, np.flatnonzero(rng_differs))
+        first = add_rng_evidence(first, a, b, np.flatnonzero(rng_differs))
     elif structure_end < n and (ended := ended_inside_step(key, a, b, structure_end)):
         first = ended
     elif structure_end < n:
@@ -62,10 +62,10 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     elif a.records.size != b.records.size or a.complete != b.complete:
         first = length_divergence(key, a, b, n)
     propagation = None
-    if first_value is not None or (first is not None and first.reason == "structure"):
+    if first_value is not None or (first is not None and first.reason == Reason.STRUCTURE):
         # (past a change of code path, the records are paired by what they are)
         # (and past the records both hold, what only one run wrote as it ended)
-        past = structure_end < n or (first is not None and first.reason == "structure")
+        past = structure_end < n or (first is not None and first.reason == Reason.STRUCTURE)
         paired = pair_by_identity(a, b, structure_end, mapping) if past else None
         propagation = _propagation(a, b, structure_end, value_differs, paired)
     rng_names = {int(a.records["name"][i]) for i in np.flatnonzero(rng_differs)[:1000]}
@@ -80,8 +80,8 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         complete_b=b.complete,
         first=first,
         propagation=propagation,
-        rng_differences=sorted(a.strings[i] for i in rng_names),
-        settings_differences=settings,
+        rng_differences=tuple(sorted(a.strings[i] for i in rng_names)),
+        settings_differences=tuple(settings),
     )
 
 

@@ -67,18 +67,17 @@ def _seed_calls(meta: dict[str, object]) -> list[object]:
     return [c.get("call") for c in seeds if isinstance(c, dict)] if isinstance(seeds, list) else []
 
 
-def note_layer(divergence: Divergence, run: RunFile, module: str) -> None:
-    """``facts["layer"]``: the class of ``module`` (``Conv2d``), for the causes that name a
+def note_layer(divergence: Divergence, run: RunFile, module: str) -> Divergence:
+    """``facts.layer``: the class of ``module`` (``Conv2d``), for the causes that name a
     layer's kernels; nothing for a module not of torch's own."""
     classes = _layer_classes(run)
     layer = next((classes[i] for i in string_ids(run, module) if i in classes), "")
-    if layer:
-        divergence.facts["layer"] = layer
+    return divergence.with_facts(layer=layer) if layer else divergence
 
 
-def note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
+def note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> Divergence:
     """For the gradient flowing into a module's output, which the backward of whatever read
-    that output computed: ``facts["layer"]`` and ``reader`` when one of torch's own layers is
+    that output computed: ``facts.layer`` and ``reader`` when one of torch's own layers is
     the only module recorded reading it (its input's fingerprint, after the output, in this
     step), at every call of the module. A container that passed it to that layer does not
     count; any other module that read it, or none, names nothing. Functional code that read
@@ -91,7 +90,7 @@ def note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarr
         & (step["slot"] == divergence.slot)
     ]
     if not outputs.size or (records["status"][outputs] != Status.OK).any():
-        return
+        return divergence
     readers: set[int] = set()
     for row in outputs:  # (the gradient sums what the readers of every call passed back)
         later = records[same_step[same_step > row]]
@@ -103,7 +102,8 @@ def note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarr
     containers = {name for name in others if any(n.startswith(name + ".") for n in layers)}
     if len(layers) == 1 and others == containers:
         [(reader, layer)] = layers.items()
-        divergence.facts.update(layer=layer, reader=reader)
+        return divergence.with_facts(layer=layer, reader=reader)
+    return divergence
 
 
 def _layer_classes(run: RunFile) -> dict[int, str]:

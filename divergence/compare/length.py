@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from divergence.compare.model import Divergence
+from divergence.compare.model import Divergence, Facts, Reason
 from divergence.compare.records import probe_at
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
@@ -36,28 +36,29 @@ def ended_inside_step(key: str, a: RunFile, b: RunFile, row: int) -> Divergence 
             origin = f"run {which}'s last step, {step}, ends{closed}{raised} before"
         else:
             continue
-        divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
-        divergence.origin_text = (
+        text = (
             f"{origin} the {at.label} ({at.phase}) that the other run recorded next; every "
             "record before matched"
         )
-        _note_ending(divergence, file)
-        return divergence
+        return _ended(key, step, text, file)
     return None
 
 
 # where a pass over a batch starts: another training step after a validation pass, say
-NEW_PASS_PHASES = frozenset({Phase.RNG.label, Phase.DATA.label, Phase.FORWARD.label})
+NEW_PASS_PHASES = frozenset({Phase.RNG, Phase.DATA, Phase.FORWARD})
 
 
-def _note_ending(divergence: Divergence, file: RunFile) -> None:
-    """How the shorter run's process ended, for the causes and the ranks' picture: cleanly
-    (``ended``), or by an exception a collective raises when its peer vanished
-    (``lost_peer``)."""
-    if _ended_cleanly(file):
-        divergence.facts["ended"] = "cleanly"
-    if lost_peer(file.uncaught):
-        divergence.facts["lost_peer"] = "yes"
+def _ended(key: str, step: int, text: str, file: RunFile) -> Divergence:
+    """A length divergence at ``step`` where ``file``'s run ended (``text`` says how), with
+    how its process ended, for the causes and the ranks' picture: cleanly (``ended``), or by
+    an exception a collective raises when its peer vanished (``lost_peer``)."""
+    facts = Facts(
+        ended="cleanly" if _ended_cleanly(file) else "",
+        lost_peer="yes" if lost_peer(file.uncaught) else "",
+    )
+    return Divergence(
+        Reason.LENGTH, key, step, Phase.MARKER, Kind.STEP_END, "", 0, origin_text=text, facts=facts
+    )
 
 
 # what a collective raises when a peer process vanished (gloo's TCP pairs, the TCP store,
@@ -121,12 +122,10 @@ def length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     # (with nothing in common, where the longer run starts: a resumed run's first step)
     step = last.step + 1 if last else int(longer.records["step"][0]) if longer.records.size else 0
     common = n - int(np.searchsorted(shorter.step_ends, n))  # (step-end markers are no records)
-    divergence = Divergence("length", key, step, "marker", "step_end", "", 0)
     config = shorter.meta.get("record_config")
     window = config.get("steps", "") if isinstance(config, dict) else ""
     stopped = isinstance(window, str) and ":" in window and not window.endswith(":")
     limited = f" (recorded with --steps {window})" if stopped else ""
-    _note_ending(divergence, shorter)
     ends = f"ends after {shorter.steps_complete} complete steps"
     goes_on = f"has {longer.steps_complete}"
     inside = longer.ended_inside_step
@@ -139,10 +138,10 @@ def length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
             f"ends before step {step}" if not shorter.steps.size else f"ends after step {step - 1}"
         )
         goes_on = f"goes on to step {int(longer.steps[-1])}"
-    divergence.origin_text = (
+    text = (
         f"run {which} {ends}{limited}"
         f"{'' if shorter.complete else ' and was not closed (killed or crashed)'}"
         f"{_raised(shorter, ', raising ')}; "
         f"the other run {goes_on}; all {common:,} common records match"
     )
-    return divergence
+    return _ended(key, step, text, shorter)

@@ -1,18 +1,31 @@
-"""The values compare produces: plain dataclasses that render themselves in report/.
+"""The values compare produces: frozen dataclasses that render themselves in report/.
 
->>> Divergence(reason="length", process="rank0", step=3, phase="forward", kind="output",
+>>> Divergence(Reason.LENGTH, "rank0", step=3, phase=Phase.FORWARD, kind=Kind.OUTPUT,
 ...            location="fc", slot=0).sort_key
 (3, 4)
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from divergence.store.schema import Phase, note_parts
+from divergence.compare.evidence import Evidence
+from divergence.store.schema import Kind, Phase, note_parts
 from divergence.wording import counted
+
+if TYPE_CHECKING:
+    from divergence.compare.numeric import NumericDiff
+
+
+class Reason(StrEnum):
+    """Why the runs part at a divergence: a value's bits, what was recorded, or a run's end."""
+
+    VALUE = "value"
+    STRUCTURE = "structure"
+    LENGTH = "length"
 
 
 @dataclass(frozen=True)
@@ -21,8 +34,8 @@ class Probe:
 
     row: int
     step: int
-    phase: str
-    kind: str
+    phase: Phase
+    kind: Kind
     name: str
     slot: int
     dtype: str
@@ -36,20 +49,23 @@ class Probe:
         """``output 1 of Net``; ``output 1 (logits) of Net`` when the output is a dict or a
         record and the recorder noted the key; ``loss`` for the loss named ``loss``.
 
-        >>> Probe(0, 0, "forward", "output", "Net", 1, "float32", (2,), 0).label
+        >>> Probe(0, 0, Phase.FORWARD, Kind.OUTPUT, "Net", 1, "float32", (2,), 0).label
         'output 1 of Net'
-        >>> Probe(0, 0, "backward", "loss", "loss", 0, "float32", (), 0).label
+        >>> Probe(0, 0, Phase.BACKWARD, Kind.LOSS, "loss", 0, "float32", (), 0).label
         'loss'
         """
         key = note_parts(self.note)[0]
-        what = f"{self.kind.replace('_', ' ')}{f' {self.slot}' if self.slot else ''}"
-        named = self.name and self.name != self.kind  # (not "loss of loss")
+        what = f"{self.kind.label.replace('_', ' ')}{f' {self.slot}' if self.slot else ''}"
+        named = self.name and self.name != self.kind.label  # (not "loss of loss")
         return f"{what}{f' ({key})' if key else ''}{f' of {self.name}' if named else ''}"
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON: the fingerprint as 16 hex digits, the shape as a list."""
+        """Plain JSON: phase and kind as labels, the fingerprint as 16 hex digits, the shape
+        as a list."""
         return {
             **asdict(self),
+            "phase": self.phase.label,
+            "kind": self.kind.label,
             "fingerprint": f"{self.fingerprint:016x}",
             "shape": list(self.shape),
         }
@@ -66,65 +82,122 @@ class EnvDifference:
     b: Any
 
 
-@dataclass
-class Divergence:
-    """The first difference in one process's execution order."""
+@dataclass(frozen=True)
+class Facts:
+    """What the knowledge base's causes read of a divergence (compare/knowledge.toml), each a
+    short code; "" where not known or not the case.
 
-    reason: str  # "value" | "structure" | "length"
+    >>> facts = Facts(device="cuda", op="aten.mm.default")
+    >>> facts.known(), facts.filled(Facts(device="cpu", framework="torch")).known()
+    ({'op': 'aten.mm.default', 'device': 'cuda'}, {'op': 'aten.mm.default', 'device': 'cuda', \
+'framework': 'torch'})
+    """
+
+    op: str = ""  # an op's divergence: its op (aten.mm.default) and module
+    module: str = ""
+    device: str = ""  # the run's (cpu, cuda)
+    framework: str = ""
+    layer: str = ""  # torch's layer that made the value (Conv2d), or read it (``reader``)
+    reader: str = ""
+    str_hash: str = ""  # random | fixed
+    global_seed: str = ""  # TF's: set | unset
+    filters: str = ""  # globs: recorded with --include/--exclude
+    loader_seed: str = ""  # seeded | one run
+    layout: str = ""  # what differs besides the bits: same | shape | dtype | strides
+    seen: str = ""  # an initial value: start | late
+    forward: str = ""  # recomputed (activation checkpointing)
+    execution: str = ""  # batched (Keras' steps_per_execution)
+    write: str = ""  # at_exit: written after the last optimizer step
+    gradient: str = ""  # edited (inside tf.function)
+    batch: str = ""  # after_model | evaluation | evaluation_in_one_run
+    generators: str = ""  # matched | differed
+    reading: str = ""  # the numeric diff's reading, or none
+    explained: str = ""  # environment | no
+    input: str = ""  # unmade: an op input no recorded op made
+    modes: str = ""  # differ: a model in eval mode in one run
+    resume: str = ""  # continued
+    ended: str = ""  # cleanly
+    lost_peer: str = ""  # yes
+    collective: str = ""  # other_op | sync_one_run | any_source | other_sender
+    region: str = ""  # one_run: a torch.compile region in one run
+    unseen: str = ""  # state: weights before it not fingerprinted
+
+    def known(self) -> dict[str, str]:
+        """The facts set, by name (what the knowledge base matches)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+    def filled(self, other: Facts) -> Facts:
+        """These facts, with ``other``'s where these have none."""
+        return replace(other, **self.known())
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first difference in one process's execution order. Made once a comparison found
+    it; each step of the explanation (compare/origin*.py, causes.py) returns a new one."""
+
+    reason: Reason
     process: str
     step: int
-    phase: str
-    kind: str
+    phase: Phase
+    kind: Kind
     location: str
     slot: int
     a: Probe | None = None
     b: Probe | None = None
     origin: bool | None = None
     origin_text: str = ""
-    matched_inputs: list[str] = field(default_factory=list)
+    matched_inputs: tuple[str, ...] = ()
     # (k, n): the k-th of n records of this probe in its step (a module called n times: a
     # recurrent cell in a loop, a siamese branch; a gradient accumulated n times); else None
     occurrence: tuple[int, int] | None = None
-    rng_evidence: list[str] = field(default_factory=list)  # generators that differed by then
+    rng_evidence: tuple[str, ...] = ()  # generators that differed by then
     # generators whose states differed but which neither run drew from by then (unseeded, unused)
-    rng_undrawn: list[str] = field(default_factory=list)
+    rng_undrawn: tuple[str, ...] = ()
     cause: str = ""
     cause_text: str = ""
-    numeric: Any = None  # compare.numeric.NumericDiff when both runs dumped the tensor
-    # facts for the cause (set in origin*.py and facts.py): "op", "module", "device",
-    # "framework", "layer" and "reader" (the torch layer at a module-level origin), ...
-    facts: dict[str, Any] = field(default_factory=dict)
-    evidence: list[str] = field(default_factory=list)  # why the cause class was chosen
+    numeric: NumericDiff | None = None  # when both runs dumped the tensor
+    facts: Facts = Facts()  # for the cause (set in origin*.py and facts.py)
+    evidence: tuple[Evidence, ...] = ()  # why the cause class was chosen
     # a process whose file in one run cannot be read: where it parts is unknown (not step 0)
     unreadable: bool = False
     # an op output: which call of the op in its step ``diverge replay --call`` takes for it
     # (replay counts every call of the name in the step, forward and backward, from 0)
     replay_call: int | None = None
 
+    def with_facts(self, **facts: str) -> Divergence:
+        """This divergence with ``facts`` set."""
+        return replace(self, facts=replace(self.facts, **facts))
+
+    def extended(self, text: str) -> Divergence:
+        """This divergence with ``text`` added to its origin text."""
+        return replace(self, origin_text=self.origin_text + text)
+
     @property
     def label(self) -> str:
         """The label of the probe the divergence is placed at (``output 1 of Net``, ``loss``):
         run A's, or run B's where only run B made that record; else ``kind of location``.
 
-        >>> batch = Probe(9, 0, "data", "batch", "Net", 0, "float32", (8, 8), 1)
-        >>> bucket = Probe(9, 0, "communication", "collective_in", "ddp.bucket0", 0, "f", (4,), 2)
-        >>> Divergence("structure", "rank0", 0, "communication", "collective_in", "ddp.bucket0",
-        ...            0, batch, bucket).label
+        >>> batch = Probe(9, 0, Phase.DATA, Kind.BATCH, "Net", 0, "float32", (8, 8), 1)
+        >>> bucket = Probe(9, 0, Phase.COMMUNICATION, Kind.COLLECTIVE_IN, "ddp.bucket0", 0, "f",
+        ...                (4,), 2)
+        >>> Divergence(Reason.STRUCTURE, "rank0", 0, Phase.COMMUNICATION, Kind.COLLECTIVE_IN,
+        ...            "ddp.bucket0", 0, batch, bucket).label
         'collective in of ddp.bucket0'
         """
         placed = [p for p in (self.a, self.b) if p is not None and p.name == self.location]
         at = next((p for p in placed if p.kind == self.kind), self.a)
         if at is not None:
             return at.label
-        return f"{self.kind.replace('_', ' ')} of {self.location}"
+        return f"{self.kind.label.replace('_', ' ')} of {self.location}"
 
     @property
     def sort_key(self) -> tuple[int, int]:
         """Globally earliest: by step, then phase."""
-        return (self.step, int(Phase[self.phase.upper()]))
+        return (self.step, int(self.phase))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Propagation:
     differing_records: int
     differing_in_first_step: int
@@ -215,7 +288,7 @@ class Resume:
         return text
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProcessComparison:
     process: str
     path_a: Path
@@ -227,13 +300,13 @@ class ProcessComparison:
     complete_b: bool
     first: Divergence | None
     propagation: Propagation | None
-    rng_differences: list[str] = field(default_factory=list)
+    rng_differences: tuple[str, ...] = ()
     # settings records that differ where no tensor did: "AdamW.group0 (step 0)"
-    settings_differences: list[str] = field(default_factory=list)
+    settings_differences: tuple[str, ...] = ()
     role: str = ""  # multi-rank runs: see compare/roles.py ROLES
     role_text: str = ""
     # "run A (pid1.h5): <reason>" for each file whose recording stopped early (its end says why)
-    recording_stopped: list[str] = field(default_factory=list)
+    recording_stopped: tuple[str, ...] = ()
     resume: Resume | None = None  # one run resumed the other's training (compare/resume.py)
 
 

@@ -42,8 +42,8 @@ def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
     """What a report says beside its verdict about each pair of processes.
 
     >>> from pathlib import Path
-    >>> p = ProcessComparison("rank1", Path("a"), Path("b"), 9, 1, 1, True, True, None, None)
-    >>> p.rng_differences = ["torch.cpu"]
+    >>> p = ProcessComparison("rank1", Path("a"), Path("b"), 9, 1, 1, True, True, None, None,
+    ...                       rng_differences=("torch.cpu",))
     >>> print(completeness_notes([p])[0])  # doctest: +NORMALIZE_WHITESPACE
     rank1: generator states differ (torch.cpu) but no recorded tensor does: the draws of a
     generator seeded otherwise (or unseeded) never reached them: not drawn from, or its

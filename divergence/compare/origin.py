@@ -9,6 +9,8 @@ where the origin must lie: between the last matching probe and this one.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from divergence.compare.facts import layout, note_layer, note_reading_layer, run_facts
@@ -42,7 +44,7 @@ from divergence.wording import WRITES_AFTER_TRAINING
 
 def explain_origin(
     divergence: Divergence, run: RunFile, row: int, other: RunFile | None = None
-) -> None:
+) -> Divergence:
     """Where the first difference, record ``row`` of ``run``, arose. ``other``: the other
     run, whose records up to ``row`` line up with these (hooks one run's modules have are
     named whichever run is A)."""
@@ -50,22 +52,23 @@ def explain_origin(
     kind, step = Kind(records["kind"][row]), divergence.step
     same_step = np.arange(step_bounds(records, row)[0], row)
     previous = describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
-    divergence.facts.update(run_facts(run.meta))
-    if divergence.facts["framework"] == "torch" and records["algo"][row] == Algorithm.XXH3_64:
-        divergence.facts["device"] = "cpu"  # (hashed on the host: a CPU tensor, on a GPU host)
-    divergence.facts["layout"] = layout(divergence)
-    if divergence.phase == Phase.INIT.label:
-        divergence.facts["seen"] = "late" if step > int(records["step"][0]) else "start"
+    facts = replace(divergence.facts, **run_facts(run.meta), layout=layout(divergence))
+    if facts.framework == "torch" and records["algo"][row] == Algorithm.XXH3_64:
+        facts = replace(facts, device="cpu")  # (hashed on the host: a CPU tensor, on a GPU host)
+    if divergence.phase == Phase.INIT:
+        facts = replace(facts, seen="late" if step > int(records["step"][0]) else "start")
     if _recomputes(run, np.append(same_step, row)):
-        divergence.facts["forward"] = "recomputed"
-    _explain_kind(divergence, run, row, same_step, previous, other)
-    _explain_batched_step(divergence, run.meta, kind)
+        facts = replace(facts, forward="recomputed")
+    divergence = replace(divergence, facts=facts)
+    divergence = _explain_kind(divergence, run, row, same_step, previous, other)
+    divergence = _explain_batched_step(divergence, run.meta, kind)
     weights_read = kind == Kind.OUTPUT or (
-        kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label
+        kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER
     )
-    weights_read = weights_read and divergence.facts.get("write") != "at_exit"
-    if divergence.origin and divergence.facts["framework"] == "tensorflow" and weights_read:
-        divergence.origin_text += KERAS_UNSEEN_WRITES
+    weights_read = weights_read and divergence.facts.write != "at_exit"
+    if divergence.origin and divergence.facts.framework == "tensorflow" and weights_read:
+        return divergence.extended(KERAS_UNSEEN_WRITES)
+    return divergence
 
 
 def _recomputes(run: RunFile, rows: np.ndarray) -> bool:
@@ -76,24 +79,25 @@ def _recomputes(run: RunFile, rows: np.ndarray) -> bool:
     return bool((module_call & (records["phase"][rows] == Phase.BACKWARD)).any())
 
 
-def _explain_batched_step(divergence: Divergence, meta: dict[str, object], kind: Kind) -> None:
+def _explain_batched_step(
+    divergence: Divergence, meta: dict[str, object], kind: Kind
+) -> Divergence:
     """A Keras step of ``steps_per_execution`` > 1 training steps holds its last one's records
     only: a compute record that differs there shows where the difference surfaced, and an
     earlier training step of the execution may hold its origin."""
     per_execution = meta.get("steps_per_execution")
     compute = divergence.phase in BATCHED_PHASES and kind != Kind.HYPERPARAM
     if not isinstance(per_execution, int) or per_execution < 2 or not compute:
-        return
-    divergence.facts["execution"] = "batched"
-    divergence.origin = None
-    divergence.origin_text += (
+        return divergence
+    text = (
         f"; but step {divergence.step} is one execution of up to {per_execution} training "
         f"steps (steps_per_execution={per_execution}), recorded by its last one only: the "
         "difference may have started in an earlier one of them"
     )
+    return replace(divergence.extended(text), origin=None).with_facts(execution="batched")
 
 
-BATCHED_PHASES = (Phase.FORWARD.label, Phase.BACKWARD.label, Phase.OPTIMIZER.label)
+BATCHED_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
 
 
 # Keras runs record a variable at its layer's first call and after each update only
@@ -111,110 +115,112 @@ def _explain_kind(
     same_step: np.ndarray,
     previous: str,
     other: RunFile | None = None,
-) -> None:
+) -> Divergence:
     """The origin, by the kind of the first differing record (``previous``: the record
     before it in its step, described)."""
     records = run.records
     kind, name, step = Kind(records["kind"][row]), divergence.location, divergence.step
+    d = divergence
     if kind in (Kind.OP_OUTPUT, Kind.OP_INPUT):
-        explain_op(divergence, run, row)
-    elif kind in (Kind.OUTPUT, Kind.INPUT):
+        return explain_op(d, run, row)
+    if kind in (Kind.OUTPUT, Kind.INPUT):
         if kind == Kind.OUTPUT:
-            explain_output(divergence, run, row, same_step, previous, other)
-            note_layer(divergence, run, name)
+            d = note_layer(explain_output(d, run, row, same_step, previous, other), run, name)
         else:
-            explain_input(divergence, run, row, same_step, other)
+            d = explain_input(d, run, row, same_step, other)
         if records["phase"][row] == Phase.BACKWARD:  # only a recomputed forward has these
-            divergence.origin_text += (
+            d = d.extended(
                 ", in a forward recomputed during the backward (activation checkpointing)"
             )
-    elif kind == Kind.GRAD_OUTPUT:
-        divergence.origin, divergence.origin_text = (
-            True,
-            (
-                f"in the backward between {previous} and {code(name)}'s output: the gradient "
-                f"flowing into {code(name)} is computed there from matching inputs"
-            ),
+        return d
+    if kind == Kind.GRAD_OUTPUT:
+        text = (
+            f"in the backward between {previous} and {code(name)}'s output: the gradient "
+            f"flowing into {code(name)} is computed there from matching inputs"
         )
         grads = [int(i) for i in same_step if run.records["kind"][i] == Kind.GRAD_OUTPUT]
-        divergence.origin_text += hooks_after(run, grads[-1], other) if grads else ""
-        note_reading_layer(divergence, run, same_step)
-    elif kind == Kind.PARAM_GRAD and divergence.phase == Phase.OPTIMIZER.label:
-        explain_edited_gradient(divergence, run, same_step)
-    elif kind == Kind.HYPERPARAM:
-        explain_hyperparameter(divergence)
-    elif kind == Kind.PARAM_GRAD:
+        text += hooks_after(run, grads[-1], other) if grads else ""
+        return note_reading_layer(replace(d, origin=True, origin_text=text), run, same_step)
+    if kind == Kind.PARAM_GRAD and d.phase == Phase.OPTIMIZER:
+        return explain_edited_gradient(d, run, same_step)
+    if kind == Kind.HYPERPARAM:
+        return explain_hyperparameter(d)
+    if kind == Kind.PARAM_GRAD:
         module = name.rsplit(".", 1)[0] if "." in name else name
-        divergence.origin = has(run, same_step, Kind.GRAD_OUTPUT, module) or None
-        divergence.origin_text = f"in the backward of {code(module)} (gradient of {code(name)})"
-        note_layer(divergence, run, module)
-    elif kind == Kind.PARAM and divergence.phase in WRITE_PHASES:
-        divergence.origin = True
+        d = replace(
+            d,
+            origin=has(run, same_step, Kind.GRAD_OUTPUT, module) or None,
+            origin_text=f"in the backward of {code(module)} (gradient of {code(name)})",
+        )
+        return note_layer(d, run, module)
+    if kind == Kind.PARAM and d.phase in WRITE_PHASES:
         if run.meta.get("framework") == "tensorflow":  # (recorded as a later fit() starts)
-            divergence.origin_text = (
+            text = (
                 f"in step {step}, as a fit(), evaluate() or predict() started: code after the "
                 f"last fit() wrote {code(name)} (load_weights(), set_weights(), assign(), or a "
                 "callback at the end of that fit); every record before it matched"
             )
-            return
-        divergence.origin_text = (
-            f"after {code(name)}'s last record and {written_when(divergence.phase, step)}: "
-            "other code than an optimizer step wrote the parameter, the training code or a "
-            "module's own forward (as `Embedding(max_norm=...)` does); every record before it "
-            "matched"
-        )
-    elif kind == Kind.PARAM and noted(run, row, WRITTEN_AT_EXIT):
-        divergence.origin = True
-        divergence.origin_text = (
+        else:
+            text = (
+                f"after {code(name)}'s last record and {written_when(d.phase, step)}: other "
+                "code than an optimizer step wrote the parameter, the training code or a "
+                "module's own forward (as `Embedding(max_norm=...)` does); every record "
+                "before it matched"
+            )
+        return replace(d, origin=True, origin_text=text)
+    if kind == Kind.PARAM and noted(run, row, WRITTEN_AT_EXIT):
+        text = (
             f"after the last optimizer step, as the program ended (recorded in step {step}): "
             "its own code wrote "
             f"{code(name)} ({WRITES_AFTER_TRAINING}) with other values in the two runs; every "
             "record before it matched"
         )
-        divergence.facts["write"] = "at_exit"
-    elif kind in (Kind.PARAM, Kind.OPTIM_STATE) and divergence.phase == Phase.OPTIMIZER.label:
-        divergence.origin = True
+        return replace(d, origin=True, origin_text=text).with_facts(write="at_exit")
+    if kind in (Kind.PARAM, Kind.OPTIM_STATE) and d.phase == Phase.OPTIMIZER:
         param = name.split("/")[0]
         if has(run, same_step, Kind.PARAM_GRAD, param, Phase.OPTIMIZER, EDITED_IN_TRACE):
             tape_seen = has(run, same_step, Kind.PARAM_GRAD, param, Phase.BACKWARD)
-            explain_update_of_unseen_gradient(divergence, param, tape_seen)
-            return
+            return explain_update_of_unseen_gradient(replace(d, origin=True), param, tape_seen)
         settings = (
             "and hyperparameters matched"
             if has_kind(run, same_step, Kind.HYPERPARAM)
             else "matched (its optimizer's settings were not recorded)"
         )
-        divergence.origin_text = (
+        text = (
             f"in the optimizer update of {code(name.split('/')[0])}: its gradient, "
             f"previous value {settings}"
         )
-    elif kind == Kind.LOSS:
-        divergence.origin = has_kind(run, same_step, Kind.OUTPUT) or None
-        divergence.origin_text = f"in the loss computation after {previous}"
+        return replace(d, origin=True, origin_text=text)
+    if kind == Kind.LOSS:
+        text = f"in the loss computation after {previous}"
         hooks = hooks_after(run, int(same_step[-1]), other) if same_step.size else ""
         if hooks:  # that output was recorded before the model's own forward hooks ran
-            divergence.origin = None
-            divergence.origin_text += hooks
-    else:
-        late = divergence.facts.get("seen") == "late"
-        initial = divergence.phase == Phase.INIT.label
-        divergence.origin_text = _origin_outside(kind, name, step, late, initial)
-        if loss_scale(kind, name):
-            divergence.origin = True  # (an input of the step, as a GradScaler's state is)
-        earlier = _models_before(run, same_step, name) if kind == Kind.BATCH else []
-        if earlier and name not in LOSS_INPUTS:
-            divergence.facts["batch"] = "after_model"
-            divergence.origin_text = (
-                f"in the code that made {code(name)}'s input, or in the data pipeline: "
-                f"{', '.join(map(code, earlier))} ran before it in this step with matching "
-                "records, and its output may be what this model reads (a generator's output "
-                "passed to a discriminator, edited, detached or mixed with real data)"
-            )
-        if kind == Kind.BATCH:
-            _explain_evaluation_batch(divergence)
+            return replace(d, origin=None, origin_text=text + hooks)
+        return replace(d, origin=has_kind(run, same_step, Kind.OUTPUT) or None, origin_text=text)
+    return _explain_outside(d, run, kind, same_step)
 
 
-def _explain_evaluation_batch(divergence: Divergence) -> None:
+def _explain_outside(d: Divergence, run: RunFile, kind: Kind, same_step: np.ndarray) -> Divergence:
+    """A record whose inputs are not recorded (an initial value, a batch, a generator state):
+    where its origin lies, outside what was recorded."""
+    name = d.location
+    late, initial = d.facts.seen == "late", d.phase == Phase.INIT
+    d = replace(d, origin_text=_origin_outside(kind, name, d.step, late, initial))
+    if loss_scale(kind, name):
+        d = replace(d, origin=True)  # (an input of the step, as a GradScaler's state is)
+    earlier = _models_before(run, same_step, name) if kind == Kind.BATCH else []
+    if earlier and name not in LOSS_INPUTS:
+        text = (
+            f"in the code that made {code(name)}'s input, or in the data pipeline: "
+            f"{', '.join(map(code, earlier))} ran before it in this step with matching "
+            "records, and its output may be what this model reads (a generator's output "
+            "passed to a discriminator, edited, detached or mixed with real data)"
+        )
+        d = replace(d, origin_text=text).with_facts(batch="after_model")
+    return _explain_evaluation_batch(d) if kind == Kind.BATCH else d
+
+
+def _explain_evaluation_batch(divergence: Divergence) -> Divergence:
     """A model's batch where a run's model was in eval mode (torch) or called for inference
     (Keras): an evaluation pass, in both runs (their data differ) or in one only (it lines up
     with the other run's training batch)."""
@@ -222,32 +228,31 @@ def _explain_evaluation_batch(divergence: Divergence) -> None:
     for probe in (divergence.a, divergence.b):
         evaluating.append(probe is not None and note_parts(probe.note)[1] in EVAL_NOTES)
     if all(evaluating):
-        divergence.facts["batch"] = "evaluation"
         after = (
             f", run after step {divergence.step - 1}'s optimizer step if it came before this "
             "step's training"
             if divergence.step > 0
             else ""
         )
-        divergence.origin_text += (
-            f"; the model was in eval mode in both runs: an evaluation or validation pass{after}"
-        )
-    elif any(evaluating):
+        text = f"; the model was in eval mode in both runs: an evaluation or validation pass{after}"
+        return divergence.extended(text).with_facts(batch="evaluation")
+    if any(evaluating):
         which, other = ("A", "B") if evaluating[0] else ("B", "A")
-        divergence.facts["batch"] = "evaluation_in_one_run"
-        divergence.origin_text += (
+        text = (
             f"; run {which}'s model was in eval mode (an evaluation or validation pass) where "
             f"run {other}'s was training: an evaluation that runs in one run only, or at "
             "another point, lines up with the other run's training batch"
         )
+        return divergence.extended(text).with_facts(batch="evaluation_in_one_run")
+    return divergence
 
 
-def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> None:
+def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> Divergence:
     """A model called in this step (before ``row``) in eval mode in one run and training in
     the other: a missing ``model.train()`` after an evaluation. Its batch's bits match, so the
     first difference is further on (a BatchNorm's output), where the mode is the cause."""
-    if divergence.facts.get("batch"):  # (the batch itself: said by its own explanation)
-        return
+    if divergence.facts.batch:  # (the batch itself: said by its own explanation)
+        return divergence
     records = a.records
     start = step_bounds(records, row)[0]
     for r in start + np.flatnonzero(a.kinds[start:row] == Kind.BATCH):
@@ -257,12 +262,12 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> N
             model = code(a.strings[records["name"][r]])
             keras = noted(a if eval_a else b, int(r), INFERENCE_CALL)
             mode = "called for inference (training=False)" if keras else "in eval mode"
-            divergence.facts["modes"] = "differ"
-            divergence.origin_text += (
+            text = (
                 f"; run {which}'s model ({model}) was {mode} in this step where run "
                 f"{other}'s was training"
             )
-            return
+            return divergence.extended(text).with_facts(modes="differ")
+    return divergence
 
 
 def _in_eval_mode(run: RunFile, row: int) -> bool:

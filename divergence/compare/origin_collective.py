@@ -3,6 +3,8 @@ reduction it computed, or the sender a received message came from."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from divergence.compare.model import Divergence
 from divergence.store.reader import RunFile
 from divergence.store.schema import (
@@ -16,21 +18,19 @@ from divergence.store.schema import (
 )
 
 
-def explain_collective(divergence: Divergence, run: RunFile) -> None:
+def explain_collective(divergence: Divergence, run: RunFile) -> Divergence:
     """Where a first difference at a collective arose (every earlier record of the rank
     matched, so a differing output had matching inputs on this rank)."""
     name = f"`{divergence.location}`"
     direction = message_direction(divergence.location)
-    if divergence.kind == Kind.COLLECTIVE_IN.label:
-        divergence.origin = True
+    if divergence.kind == Kind.COLLECTIVE_IN:
         what = f"the inputs it passed to {name} differ"
         if direction == SEND:
             what = f"the tensor it sent through {name} differs"
-        divergence.origin_text = f"on this rank before communication: {what}"
-        return
+        text = f"on this rank before communication: {what}"
+        return replace(divergence, origin=True, origin_text=text)
     if direction == RECEIVE:  # (a receive has no input on this rank)
-        _explain_message(divergence)
-        return
+        return _explain_message(divergence)
     records = run.records
     row = divergence.a.row if divergence.a is not None else 0
     same = (records["step"][:row] == divergence.step) & (
@@ -38,44 +38,47 @@ def explain_collective(divergence: Divergence, run: RunFile) -> None:
     )
     names = records["name"][:row][same]
     inputs = [i for i, n in enumerate(names) if run.strings[n] == divergence.location]
-    if inputs:
-        divergence.matched_inputs = [
-            f"{name} collective in{f' {slot}' if slot else ''}" for slot in range(len(inputs))
-        ]
-    divergence.origin_text = (
-        f"in the communication of {name}: this rank's inputs matched, the result did not"
+    matched = tuple(
+        f"{name} collective in{f' {slot}' if slot else ''}" for slot in range(len(inputs))
+    )
+    divergence = replace(
+        divergence,
+        matched_inputs=matched or divergence.matched_inputs,
+        origin_text=f"in the communication of {name}: this rank's inputs matched, the result "
+        "did not",
     )
     ops = [
         _reduce_op(probe.note) if probe is not None else ""
         for probe in (divergence.a, divergence.b)
     ]
     if ops[0] != ops[1]:
-        divergence.origin = True
-        divergence.origin_text = (
+        text = (
             f"in the reduction {name} computes: it reduced with {ops[0]} in run A and "
             f"{ops[1]} in run B, from inputs that matched on this rank"
         )
-        divergence.facts["collective"] = "other_op"
+        divergence = replace(divergence, origin=True, origin_text=text)
+        return divergence.with_facts(collective="other_op")
+    return divergence
 
 
-def _explain_message(d: Divergence) -> None:
+def _explain_message(d: Divergence) -> Divergence:
     """A received message whose bits differ, every earlier record of the rank matching: from
     another sender in run B (``facts["collective"]``: see :func:`message_senders`), or from
     the same one (its role, once every rank is compared, says whether that sender diverged)."""
     a, b = (probe.note if probe is not None else "" for probe in (d.a, d.b))
     senders = message_senders(a, b)
-    d.origin_text = (
-        f"in the communication of `{d.location}`: every record before it matched on this "
-        "rank, the tensor received did not"
-    )
-    if senders:
-        d.origin = True
-        d.facts["collective"] = senders
-        how = "a receive from any rank" if senders == "any_source" else "each named by src="
-        d.origin_text = (
-            f"in the communication of `{d.location}`: the message came from "
-            f"rank{message_peer(a)} in run A and from rank{message_peer(b)} in run B ({how})"
+    if not senders:
+        text = (
+            f"in the communication of `{d.location}`: every record before it matched on this "
+            "rank, the tensor received did not"
         )
+        return replace(d, origin_text=text)
+    how = "a receive from any rank" if senders == "any_source" else "each named by src="
+    text = (
+        f"in the communication of `{d.location}`: the message came from "
+        f"rank{message_peer(a)} in run A and from rank{message_peer(b)} in run B ({how})"
+    )
+    return replace(d, origin=True, origin_text=text).with_facts(collective=senders)
 
 
 def _reduce_op(note: str) -> str:

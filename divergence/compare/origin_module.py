@@ -4,6 +4,8 @@ caller's own code. Hooks a module has are named as a place it may arise too."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from divergence.compare.model import Divergence
@@ -19,7 +21,7 @@ def explain_output(
     same_step: np.ndarray,
     previous: str,
     other: RunFile | None = None,
-) -> None:
+) -> Divergence:
     records, name = run.records, divergence.location
     name_id = records["name"][row]
     inputs = [
@@ -28,8 +30,8 @@ def explain_output(
         if records["name"][i] == name_id and records["kind"][i] in (Kind.INPUT, Kind.BATCH)
     ]
     if not inputs:
-        divergence.origin_text = f"between {previous} and this output (its inputs were not probed)"
-        return
+        text = f"between {previous} and this output (its inputs were not probed)"
+        return replace(divergence, origin_text=text)
     call_start = inputs[-1]
     call_inputs = _last_call(inputs)
     children = [
@@ -39,22 +41,22 @@ def explain_output(
         and records["kind"][i] == Kind.OUTPUT
         and run.strings[records["name"][i]].startswith(name + ".")
     ]
-    divergence.origin = True
-    divergence.matched_inputs = [describe(run, i) for i in call_inputs]
     if has(run, same_step[same_step > call_start], Kind.COMPILED, name):
-        divergence.origin_text = (
+        text = (
             f"inside the torch.compile region {code(name)}: its inputs matched; the modules "
             "and ops inside a compiled region are not observed, so the op cannot be named"
         )
     elif children:
-        divergence.origin_text = (
+        text = (
             f"in {code(name)}'s own forward code, after its last child "
             f"{describe(run, children[-1])}, which matched"
         )
     else:
-        divergence.origin_text = f"inside {code(name)}'s forward: its inputs matched"
+        text = f"inside {code(name)}'s forward: its inputs matched"
     hooked = [i for i in call_inputs if noted_in_either(run, other, i, BEFORE_PRE_HOOKS)]
-    divergence.origin_text += hooks_after(run, hooked[0], other) if hooked else ""
+    text += hooks_after(run, hooked[0], other) if hooked else ""
+    matched = tuple(describe(run, i) for i in call_inputs)
+    return replace(divergence, origin=True, origin_text=text, matched_inputs=matched)
 
 
 def _last_call(inputs: list[int]) -> list[int]:
@@ -75,7 +77,7 @@ def explain_input(
     row: int,
     same_step: np.ndarray,
     other: RunFile | None = None,
-) -> None:
+) -> Divergence:
     """A module input that differs while every record before it matched was made by its
     caller's own code: no recorded module returned it. Say which caller, after what."""
     records, name = run.records, divergence.location
@@ -99,8 +101,9 @@ def explain_input(
         call = f" (call {k})"
         if before.size and records["name"][before[-1]] == records["name"][row] and k > 1:
             previous += f" (call {k - 1})"
-    divergence.origin_text = f"in {where}, after {previous} and before it called {code(name)}{call}"
-    divergence.origin_text += hooks_after(run, int(before[-1]), other) if before.size else ""
+    text = f"in {where}, after {previous} and before it called {code(name)}{call}"
+    text += hooks_after(run, int(before[-1]), other) if before.size else ""
+    return replace(divergence, origin_text=text)
 
 
 def _caller(run: RunFile, name: str, before: np.ndarray) -> str:

@@ -4,6 +4,8 @@ not look."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from divergence.compare.model import Divergence
@@ -19,45 +21,44 @@ def split_op_name(name: str) -> tuple[str, str]:
     return module, op
 
 
-def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
+def explain_op(divergence: Divergence, run: RunFile, row: int) -> Divergence:
     """An op output whose recorded inputs matched is the origin; a differing op *input* was
     produced by something the dispatcher did not show: say where it must lie."""
     records = run.records
     module, op = split_op_name(divergence.location)
-    divergence.facts.update(op=op, module=module)
+    divergence = divergence.with_facts(op=op, module=module)
     where = f"in `{module}`" if module else "outside any module"
     inputs = _op_call_inputs(run, row) if records["kind"][row] == Kind.OP_OUTPUT else None
     if inputs is None:
         previous = _previous_op(run, row)
         region = _compiled_region_before(run, row)
         if region is not None:
-            divergence.origin_text = (
+            text = (
                 f"in the torch.compile region {code(region)} before {code(op)} {where} "
                 f"({divergence.phase}), or in an unobserved op between {previous} and it: the "
                 "ops inside a compiled region are not observed"
             )
-            return
-        divergence.facts["input"] = "unmade"  # (no recorded op made it: not the op's fault)
+            return replace(divergence, origin_text=text)
+        divergence = divergence.with_facts(input="unmade")  # (no recorded op made it)
         unseen = (
             "a constant or a value made outside TensorFlow ops, e.g. a Python number"
             if run.meta.get("framework") == "tensorflow"
             else "a kernel that bypasses the dispatcher, a compiled region, or a tensor changed "
             "outside torch ops"
         )
-        divergence.origin_text = (
+        text = (
             f"at {code(op)} {where} ({divergence.phase}) or in an unobserved op between "
             f"{previous} and it: its input {divergence.slot} differs although every op output "
             f"recorded before it matched ({unseen})"
         )
-        return
+        return replace(divergence, origin_text=text)
     slot = f"output {divergence.slot}"
     if not inputs:
-        divergence.origin = True
-        divergence.origin_text = (
+        text = (
             f"{code(op)} {slot} {where} ({divergence.phase}): the op has no tensor inputs, so "
             "its arguments or a generator's state differ"
         )
-        return
+        return replace(divergence, origin=True, origin_text=text)
     skipped = [i for i in inputs if records["status"][i]]
     reasons = {i: run.strings[records["note"][i]] for i in skipped}
     # A buffer of uninitialised memory that the op writes (dropout's bernoulli_ into an
@@ -65,10 +66,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     buffers = [i for i in skipped if reasons[i] in WRITTEN_WHOLE]
     garbage = [i for i in skipped if i not in buffers and reasons[i].startswith(UNINITIALISED)]
     unknown = len(skipped) - len(buffers) - len(garbage)
-    divergence.origin = True if len(buffers) == len(skipped) else None
-    divergence.matched_inputs = [
-        f"{code(op)} input{'s' if len(inputs) > 1 else ''} {_slots(records, inputs)}"
-    ]
+    matched = f"{code(op)} input{'s' if len(inputs) > 1 else ''} {_slots(records, inputs)}"
     notes = [f"{unknown} input(s) were not fingerprinted"] if unknown else []
     if buffers and all(reasons[i] == WRITTEN_BUFFER for i in buffers):
         notes.append(f"input {_slots(records, buffers)} held uninitialised memory, which it writes")
@@ -81,10 +79,12 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> None:
     if garbage:
         notes.append(f"it read uninitialised memory (input {_slots(records, garbage)})")
     detail = f" ({'; '.join(notes)})" if notes else ""
-    divergence.origin_text = (
+    text = (
         f"{code(op)} {slot} {where} ({divergence.phase}): its inputs matched, its output "
         f"did not{detail}"
     )
+    origin = True if len(buffers) == len(skipped) else None
+    return replace(divergence, origin=origin, origin_text=text, matched_inputs=(matched,))
 
 
 def _slots(records: np.ndarray, rows: list[int]) -> str:

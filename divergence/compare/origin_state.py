@@ -4,6 +4,8 @@ where weights or state before an origin were not fingerprinted."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from divergence.compare.model import Divergence
@@ -23,94 +25,97 @@ from divergence.store.settings import differing_settings
 from divergence.wording import counted
 
 
-def explain_update_of_unseen_gradient(divergence: Divergence, param: str, tape_seen: bool) -> None:
+def explain_update_of_unseen_gradient(
+    divergence: Divergence, param: str, tape_seen: bool
+) -> Divergence:
     """An update inside ``tf.function`` whose gradient was edited after the tape returned it
     and not fingerprinted there (:data:`EDITED_IN_TRACE`); ``tape_seen``: the tape's own
     was recorded (one tape.gradient() gave it) and so matched."""
-    divergence.origin = None
-    divergence.facts["gradient"] = "edited"
     unseen = (
         "the gradient the optimizer read is not fingerprinted inside tf.function (one more "
         "reader could change grappler's rewrites and the run's bits)"
     )
     if tape_seen:
-        divergence.origin_text = (
+        text = (
             f"between tape.gradient() and apply_gradients(), or in the optimizer update of "
             f"{code(param)}: the gradient the tape returned matched, and the code after it "
             f"changed it; {unseen}"
         )
     else:
-        divergence.origin_text = (
+        text = (
             f"in the backward, between tape.gradient() and apply_gradients(), or in the "
             f"optimizer update of {code(param)}: the tape's gradient was not recorded "
             f"(several tape.gradient() calls gave this variable one, or another "
             f"tf.function's tape did), and {unseen}"
         )
+    return replace(divergence, origin=None, origin_text=text).with_facts(gradient="edited")
 
 
-def explain_edited_gradient(divergence: Divergence, run: RunFile, same_step: np.ndarray) -> None:
+def explain_edited_gradient(
+    divergence: Divergence, run: RunFile, same_step: np.ndarray
+) -> Divergence:
     """The gradient an optimizer step read, recorded because it was not the one the backward
     left (see the recorder's ``before_optimizer_step``)."""
     name = code(divergence.location)
-    divergence.origin = True
-    if divergence.facts.get("framework") == "tensorflow" and has(
+    origin: bool | None = True
+    if divergence.facts.framework == "tensorflow" and has(
         run, same_step, Kind.PARAM_GRAD, divergence.location, Phase.BACKWARD
     ):
-        divergence.origin_text = (
+        text = (
             f"between tape.gradient() and apply_gradients(): code changed {name}'s gradient "
             "after the tape returned it (tf.clip_by_global_norm, loss scaling, gradient "
             "noise); the gradient the tape returned matched"
         )
     elif has(run, same_step, Kind.PARAM_GRAD, divergence.location):
-        divergence.origin_text = (
+        text = (
             f"between the backward and the optimizer step: code that edits gradients after "
             f"backward() (clip_grad_norm_, clip_grad_value_, GradScaler.unscale_, a p.grad "
             f"edit, a gradient hook or all-reduce) changed {name}'s gradient; the gradient the "
             "backward left matched"
         )
     elif divergence.a is not None and divergence.a.note == IMPORTED_GRADIENT:
-        divergence.origin = None  # (the tape ran in another tf.function or eager code)
-        divergence.origin_text = (
+        origin = None  # (the tape ran in another tf.function or eager code)
+        text = (
             f"in the backward, or between tape.gradient() and apply_gradients(): {name}'s "
             "gradient came from a tape.gradient() in another tf.function or in eager code, "
             "whose own gradient was not recorded"
         )
     elif divergence.a is not None and divergence.a.note == EDITED_AFTER_TAPE:
-        divergence.origin = None  # (the tape's gradient was not recorded)
-        divergence.origin_text = (
+        origin = None  # (the tape's gradient was not recorded)
+        text = (
             f"between tape.gradient() and apply_gradients(), or in the backward: code changed "
             f"{name}'s gradient after the tape returned it (tf.clip_by_global_norm, loss "
             "scaling, gradient noise); the gradient the tape returned was not recorded"
         )
     elif has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT, BARE_TENSOR):
-        divergence.origin = None  # (the backward's gradient of it was not seen)
-        divergence.origin_text = (
+        origin = None  # (the backward's gradient of it was not seen)
+        text = (
             f"in the backward or after it: {name} is a tensor no module holds, first seen at "
             "this optimizer step, so the gradient the backward left was not recorded"
         )
     else:
-        divergence.origin_text = (
+        text = (
             f"before the optimizer step: {name}'s gradient was set without a backward of this "
             "step (p.grad assigned, torch.autograd.grad) or edited after one"
         )
+    return replace(divergence, origin=origin, origin_text=text)
 
 
-def explain_hyperparameter(divergence: Divergence) -> None:
+def explain_hyperparameter(divergence: Divergence) -> Divergence:
     """A param group's or a module's settings: the records' notes hold them as text."""
-    divergence.origin = True
     if divergence.location.endswith(".compile"):  # (Keras' compile() arguments)
-        divergence.origin_text = (
+        text = (
             f"in the arguments of {code(divergence.location.removesuffix('.compile'))}'s "
             f"compile(): {settings_difference(divergence)}"
         )
-        return
-    if divergence.phase == Phase.INIT.label:  # (a module's constructor arguments)
-        what = "layer" if divergence.facts.get("framework") == "tensorflow" else "module"
-        divergence.origin_text = (
+        return replace(divergence, origin=True, origin_text=text)
+    if divergence.phase == Phase.INIT:  # (a module's constructor arguments)
+        what = "layer" if divergence.facts.framework == "tensorflow" else "module"
+        text = (
             f"in the settings of {what} {code(divergence.location)}: "
             f"{settings_difference(divergence)}; set where the model is built"
         )
-        return
+        return replace(divergence, origin=True, origin_text=text)
     setter = (
         # (a GradScaler's state after scale(): its constructor's settings, or its own update)
         "set by its constructor (init_scale, growth_factor, backoff_factor, growth_interval), "
@@ -118,10 +123,11 @@ def explain_hyperparameter(divergence: Divergence) -> None:
         if divergence.location.split("#")[0] == "GradScaler"
         else "set by the training code, its configuration, or a learning-rate scheduler"
     )
-    divergence.origin_text = (
+    text = (
         f"in the settings of {code(divergence.location)}: {settings_difference(divergence)}; "
         f"{setter}"
     )
+    return replace(divergence, origin=True, origin_text=text)
 
 
 def settings_difference(divergence: Divergence) -> str:
@@ -135,27 +141,26 @@ def settings_difference(divergence: Divergence) -> str:
     return "; ".join(shown[:3]) + more
 
 
-def caveat_unseen_state(divergence: Divergence, run: RunFile) -> None:
+def caveat_unseen_state(divergence: Divergence, run: RunFile) -> Divergence:
     """An origin claimed where weights, gradients or optimizer state before it were not
     fingerprinted (FSDP2's DTensors): "every record before matched" does not cover them, so
     the origin is left open and the text says where it may lie."""
     probe = divergence.a
     if divergence.origin is not True or probe is None or not _reads_weights(divergence):
-        return
+        return divergence
     records = run.records[: probe.row]
     state = np.isin(records["kind"], (Kind.PARAM, Kind.PARAM_GRAD, Kind.OPTIM_STATE))
     unseen = np.flatnonzero(state & (records["status"] == Status.SKIPPED))
     rows = [i for i in unseen if _unseen_value(run.strings[records["note"][i]])]
     if not rows:
-        return
-    divergence.origin = None
-    divergence.facts["unseen"] = "state"
+        return divergence
     were = "was" if len(rows) == 1 else "were"
-    divergence.origin_text += (
+    text = (
         f"; but {counted(len(rows), 'record')} of weights, gradients or optimizer state before "
         f"it, from step {records['step'][rows[0]]} on, {were} not fingerprinted "
         f"({run.strings[records['note'][rows[0]]]}): the difference may have started there"
     )
+    return replace(divergence.extended(text), origin=None).with_facts(unseen="state")
 
 
 def _unseen_value(note: str) -> bool:
@@ -167,16 +172,15 @@ def _unseen_value(note: str) -> bool:
 def _reads_weights(divergence: Divergence) -> bool:
     """Whether unseen weights could explain this origin: a computed value (not a setting, a
     reduce op that differs, or a write after training)."""
-    if divergence.facts.get("collective") == "other_op" or divergence.facts.get("write"):
+    if divergence.facts.collective == "other_op" or divergence.facts.write:
         return False
     computed = divergence.kind in COMPUTED_KINDS
-    updated = divergence.kind in (Kind.PARAM.label, Kind.OPTIM_STATE.label)
-    return computed or (updated and divergence.phase == Phase.OPTIMIZER.label)
+    updated = divergence.kind in (Kind.PARAM, Kind.OPTIM_STATE)
+    return computed or (updated and divergence.phase == Phase.OPTIMIZER)
 
 
-COMPUTED_KINDS = {
-    kind.label
-    for kind in (
+COMPUTED_KINDS = frozenset(
+    {
         Kind.OUTPUT,
         Kind.OP_OUTPUT,
         Kind.LOSS,
@@ -184,8 +188,8 @@ COMPUTED_KINDS = {
         Kind.PARAM_GRAD,
         Kind.COLLECTIVE_IN,
         Kind.COLLECTIVE_OUT,
-    )
-}
+    }
+)
 
 
 # a LossScaleOptimizer's scale, recorded as its loss is scaled (frameworks/tensorflow/apply.py)
@@ -200,15 +204,15 @@ def loss_scale(kind: Kind, name: str) -> bool:
 
 # A parameter recorded in these phases was written outside an optimizer step: seen at a model's
 # call (forward) or right before an optimizer step (backward).
-WRITE_PHASES = (Phase.FORWARD.label, Phase.BACKWARD.label)
+WRITE_PHASES = (Phase.FORWARD, Phase.BACKWARD)
 
 
-def written_when(phase: str, step: int) -> str:
+def written_when(phase: Phase, step: int) -> str:
     """When a parameter write was seen.
 
-    >>> written_when("backward", 3)
+    >>> written_when(Phase.BACKWARD, 3)
     "before step 3's optimizer.step()"
     """
-    if phase == Phase.BACKWARD.label:
+    if phase == Phase.BACKWARD:
         return f"before step {step}'s optimizer.step()"
     return f"before step {step}'s forward"

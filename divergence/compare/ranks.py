@@ -11,6 +11,7 @@ not grow with the number of ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,14 @@ from divergence.compare.causes import classify
 from divergence.compare.engine import compare_files
 from divergence.compare.environment import environment_differences
 from divergence.compare.facts import run_facts
-from divergence.compare.model import Comparison, Divergence, EnvDifference, ProcessComparison
+from divergence.compare.model import (
+    Comparison,
+    Divergence,
+    EnvDifference,
+    Facts,
+    ProcessComparison,
+    Reason,
+)
 from divergence.compare.notes import completeness_notes, failure_notes
 from divergence.compare.origin_collective import explain_collective
 from divergence.compare.origin_state import caveat_unseen_state
@@ -35,7 +43,7 @@ from divergence.compare.windows import common_window
 from divergence.errors import CorruptRunError
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
-from divergence.store.schema import Kind
+from divergence.store.schema import Kind, Phase
 from divergence.wording import counted
 
 
@@ -134,33 +142,31 @@ def _compare_pair(
         if resume.text not in comparison.notes:
             comparison.notes.append(resume.text)
     result = compare_files(key, file_a, file_b)
-    if resume is not None:
-        result.resume = resume
-        # (the views leave the resumed run's initial values out: what it started from)
-        result.first = started_otherwise(key, *unaligned, resume) or result.first
     first = result.first
+    if resume is not None:
+        # (the views leave the resumed run's initial values out: what it started from)
+        first = started_otherwise(key, *unaligned, resume) or first
     if first is not None:
-        if first.reason == "value" and first.kind in (
-            Kind.COLLECTIVE_IN.label,
-            Kind.COLLECTIVE_OUT.label,
-        ):
-            explain_collective(first, file_a)
-        caveat_unseen_state(first, file_a)
-        for fact, value in run_facts(file_a.meta).items():  # (a value divergence has them)
-            first.facts.setdefault(fact, value)
+        collective = first.kind in (Kind.COLLECTIVE_IN, Kind.COLLECTIVE_OUT)
+        if first.reason == Reason.VALUE and collective:
+            first = explain_collective(first, file_a)
+        first = caveat_unseen_state(first, file_a)
+        # (a value divergence has them)
+        first = replace(first, facts=first.facts.filled(Facts(**run_facts(file_a.meta))))
         if resume is not None:
-            first.facts["resume"] = "continued"
-        first.cause, first.cause_text = classify(first, causal_differences(environment, resume))
-    result.recording_stopped = [
+            first = first.with_facts(resume="continued")
+        first = classify(first, causal_differences(environment, resume))
+    stopped = tuple(
         f"run {which} ({file.path.name}): {failure}"
         for which, file in (("A", file_a), ("B", file_b))
         if (failure := (file.end or {}).get("failure")) and _missed_steps(file.end or {})
-    ]
+    )
     # (the command's exit status is in every file: said once)
     comparison.notes.extend(
         n for n in failure_notes([(file_a, file_b)]) if n not in comparison.notes
     )
-    return result  # the files go out of scope here: one pair in memory at a time
+    # (the files go out of scope here: one pair in memory at a time)
+    return replace(result, first=first, resume=resume, recording_stopped=stopped)
 
 
 def _load(
@@ -193,15 +199,22 @@ def _unpaired(
         which, damage = ("A", damages[0]) if damages[0] else ("B", damages[1])
     else:
         which, damage = ("A" if file_a is None else "B"), ""
-    first = Divergence("length", key, 0, "marker", "step_end", "", 0)
-    first.origin_text = (
-        f"run {which}'s file for {key} is damaged: {damage}"
+    first = Divergence(
+        Reason.LENGTH,
+        key,
+        0,
+        Phase.MARKER,
+        Kind.STEP_END,
+        "",
+        0,
+        origin_text=f"run {which}'s file for {key} is damaged: {damage}"
         if damage
         else f"run {which} has no file for {key} (the rank was killed before its first step, "
-        "or its file was removed)"
+        "or its file was removed)",
+        cause="length",
+        cause_text="the rank recorded nothing readable in one run",
+        unreadable=bool(damage),
     )
-    first.cause, first.cause_text = "length", "the rank recorded nothing readable in one run"
-    first.unreadable = bool(damage)
     path_a = process_a.path if process_a else Path("-")
     path_b = process_b.path if process_b else Path("-")
     return ProcessComparison(

@@ -17,8 +17,8 @@ def probe_at(file: RunFile, row: int) -> Probe:
     return Probe(
         row=row,
         step=int(r["step"]),
-        phase=Phase(r["phase"]).label,
-        kind=Kind(r["kind"]).label,
+        phase=Phase(r["phase"]),
+        kind=Kind(r["kind"]),
         name=file.strings[r["name"]],
         slot=int(r["slot"]),
         dtype=file.strings[r["dtype"]],

@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from divergence.compare.align import string_mapping
-from divergence.compare.model import Divergence, EnvDifference, Resume
+from divergence.compare.model import Divergence, EnvDifference, Reason, Resume
 from divergence.compare.records import probe_at
 from divergence.store.reader import RunFile
 from divergence.store.schema import DDP_BUCKET, Kind, Phase
@@ -171,16 +171,15 @@ def started_otherwise(key: str, a: RunFile, b: RunFile, resume: Resume) -> Diver
             continue
         start = replace(probe_at(resumed, int(row)), step=resume.at_step)  # (lined up)
         pa, pb = (probe_at(original, other), start)[:: 1 if resume.run == "B" else -1]
-        d = Divergence("value", key, resume.at_step, "init", start.kind, start.name, start.slot)
-        d.a, d.b, d.origin = pa, pb, True
-        d.origin_text = (
+        text = (
             f"run {resume.run} was built with other settings than the run it resumes"
             if setting
             else f"run {resume.run} starts from another value than the run it resumes had "
             f"after step {resume.at_step - 1}: a state its checkpoint does not hold or it "
             "did not restore"
         )
-        return d
+        where = resume.at_step, Phase.INIT, start.kind, start.name, start.slot
+        return Divergence(Reason.VALUE, key, *where, pa, pb, origin=True, origin_text=text)
     return None
 
 

@@ -4,6 +4,8 @@ differs from the first step on and changes no tensor)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from divergence.compare.model import Divergence
@@ -11,17 +13,20 @@ from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
 
 
-def add_rng_evidence(first: Divergence, a: RunFile, b: RunFile, rows: np.ndarray) -> None:
-    """The generators whose states differ (at ``rows`` of ``a``) at or before ``first``, in
-    ``first.rng_evidence``; those neither run drew from go to ``first.rng_undrawn`` instead."""
+def add_rng_evidence(first: Divergence, a: RunFile, b: RunFile, rows: np.ndarray) -> Divergence:
+    """``first`` with the generators whose states differ (at ``rows`` of ``a``) at or before
+    it in ``rng_evidence``; those neither run drew from go to ``rng_undrawn`` instead."""
     evidence = _rng_evidence(a, rows, first.step)
     undrawn = (
         set()
         if _made_before_recording(first, a)
         else _never_drawn(_draws(a, first.step), _draws(b, first.step))
     )
-    first.rng_evidence = [e for e in evidence if e.split(" ")[0] not in undrawn]
-    first.rng_undrawn = [e.split(" ")[0] for e in evidence if e.split(" ")[0] in undrawn]
+    return replace(
+        first,
+        rng_evidence=tuple(e for e in evidence if e.split(" ")[0] not in undrawn),
+        rng_undrawn=tuple(e.split(" ")[0] for e in evidence if e.split(" ")[0] in undrawn),
+    )
 
 
 def _rng_evidence(a: RunFile, rows: np.ndarray, step: int) -> list[str]:
@@ -59,7 +64,7 @@ def _made_before_recording(d: Divergence, run: RunFile) -> bool:
     """Whether ``d`` is a value made before a ``divergence.Recorder`` started (an initial
     weight), whose generator states were noted at that start: draws made before then may
     have made it, so every differing state stays evidence."""
-    return d.phase == Phase.INIT.label and run.meta.get("rng_at_start_taken") == "recorder"
+    return d.phase == Phase.INIT and run.meta.get("rng_at_start_taken") == "recorder"
 
 
 def _draws(run: RunFile, step: int) -> dict[str, bool | None]:

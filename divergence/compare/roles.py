@@ -18,9 +18,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from divergence.compare.model import Comparison, Divergence, ProcessComparison
+from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason
 from divergence.store.schema import RECEIVE, Kind, message_direction, message_peer
 from divergence.wording import counted
 
@@ -28,6 +28,8 @@ FIRST, FOLLOWED, COMMUNICATION = "diverged first", "followed", "communication"
 INCOMPLETE, IDENTICAL = "incomplete", "identical"
 ROLES = (FIRST, FOLLOWED, COMMUNICATION, INCOMPLETE, IDENTICAL)
 LISTED = 8  # ranks named per role in the picture; the rest are counted
+# a rank's role, its text, and its first divergence as the role tells it
+Placed = tuple[str, str, Divergence | None]
 
 
 def place_ranks(comparison: Comparison) -> None:
@@ -35,17 +37,17 @@ def place_ranks(comparison: Comparison) -> None:
     local = [
         p.first
         for p in comparison.processes
-        if p.first is not None and p.first.reason != "length" and not _received(p.first)
+        if p.first is not None and p.first.reason != Reason.LENGTH and not _received(p.first)
     ]
     earliest_local = min((d.sort_key for d in local), default=None)
     origins = [d.process for d in local if d.sort_key == earliest_local]
     # (a rank whose file cannot be read may hold the local origin no readable rank shows)
     unread = [p.process for p in comparison.processes if p.first and p.first.unreadable]
     firsts = {p.process: p.first for p in comparison.processes}
-    for p in comparison.processes:
-        message = _message_role(p, firsts)
-        p.role, p.role_text = message or _role(p, earliest_local, origins, unread)
-        comparison.ranks.setdefault(p.role, []).append(p.process)
+    for i, p in enumerate(comparison.processes):
+        role, text, first = _message_role(p, firsts) or _role(p, earliest_local, origins, unread)
+        comparison.processes[i] = replace(p, role=role, role_text=text, first=first)
+        comparison.ranks.setdefault(role, []).append(p.process)
     for which in ("A", "B"):
         _first_to_stop(comparison, which)
     comparison.picture = [
@@ -68,14 +70,19 @@ def _first_to_stop(comparison: Comparison, which: str) -> None:
     fewest = min(side.steps(p) for p in killed)
     first = [p for p in killed if side.steps(p) == fewest]
     after = [p for p in stopped if p not in first and side.stopped_early(p)]
-    if not after or not all(p.first and p.first.facts.get("lost_peer") for p in after):
+    if not after or not all(p.first and p.first.facts.lost_peer for p in after):
         return
     names = ", ".join(p.process for p in first)
-    for p in first:
-        p.role_text += f"; the first of run {which}'s ranks to stop: killed or crashed"
-    for p in after:
-        p.role_text += f"; stopped after {names} in run {which}: a collective lost its peer"
     leading = [p.process for p in first]
+    following = {p.process for p in after}
+    for i, p in enumerate(comparison.processes):
+        if p.process in leading:
+            more = f"; the first of run {which}'s ranks to stop: killed or crashed"
+        elif p.process in following:
+            more = f"; stopped after {names} in run {which}: a collective lost its peer"
+        else:
+            continue
+        comparison.processes[i] = replace(p, role_text=p.role_text + more)
     comparison.ranks[INCOMPLETE] = leading + [
         k for k in comparison.ranks[INCOMPLETE] if k not in leading
     ]
@@ -104,9 +111,7 @@ class _Side:
         return self.steps(p) < other
 
 
-def _message_role(
-    p: ProcessComparison, firsts: dict[str, Divergence | None]
-) -> tuple[str, str] | None:
+def _message_role(p: ProcessComparison, firsts: dict[str, Divergence | None]) -> Placed | None:
     """The role of a rank whose first difference is a point-to-point message it received
     (None for any other, and where the sender is not known: as any collective's output).
 
@@ -121,29 +126,28 @@ def _message_role(
     if d is None or not _received(d) or message_direction(d.location) != RECEIVE:
         return None
     where = f"step {d.step}, {d.phase}: {d.label}"
-    if d.facts.get("collective") in ("any_source", "other_sender"):
-        return COMMUNICATION, where  # (from another sender: see origin_collective.py)
+    if d.facts.collective in ("any_source", "other_sender"):
+        return COMMUNICATION, where, d  # (from another sender: see origin_collective.py)
     sender = _sender(d)
     if sender is None or sender not in firsts:
         return None  # (a rank of another group, or not compared)
     first = firsts[sender]
-    if first is not None and (first.unreadable or first.reason == "length"):
+    if first is not None and (first.unreadable or first.reason == Reason.LENGTH):
         return None  # (what it sent is not known, or its file ended)
     message = f"in the communication of `{d.location}`"
     if first is not None and first.sort_key == d.sort_key and _sender(first) == p.process:
-        d.origin = None
-        d.origin_text = (
+        text = (
             f"{message}: {sender}'s first difference is a message from this rank in the same "
             "step; which of the two parted first is not recorded"
         )
-        return COMMUNICATION, where
+        return COMMUNICATION, where, replace(d, origin=None, origin_text=text)
     if first is not None and first.sort_key <= d.sort_key:
         origin = _origin_upstream(sender, firsts)
         via = sender if origin != sender else ""
         return _followed(d, [origin], "every record before it", via)
-    d.origin = None if d.facts.get("unseen") else True  # (see caveat_unseen_state)
-    d.origin_text = f"{message}: what {sender} sent matched, the tensor received differs"
-    return COMMUNICATION, where
+    told = None if d.facts.unseen else True  # (see caveat_unseen_state)
+    text = f"{message}: what {sender} sent matched, the tensor received differs"
+    return COMMUNICATION, where, replace(d, origin=told, origin_text=text)
 
 
 def _origin_upstream(sender: str, firsts: dict[str, Divergence | None]) -> str:
@@ -157,27 +161,29 @@ def _origin_upstream(sender: str, firsts: dict[str, Divergence | None]) -> str:
         above = firsts.get(upstream or "")
         if upstream is None or upstream in seen or above is None or first is None:
             return sender
-        if above.unreadable or above.reason == "length" or above.sort_key > first.sort_key:
+        if above.unreadable or above.reason == Reason.LENGTH or above.sort_key > first.sort_key:
             return sender
         seen.add(upstream)
         sender = upstream
 
 
-def _followed(d: Divergence, origins: list[str], matched: str, sender: str = "") -> tuple[str, str]:
+def _followed(d: Divergence, origins: list[str], matched: str, sender: str = "") -> Placed:
     """The role of a rank that only received the difference of ``origins``, which diverged
     first, through ``d`` (from ``sender``, where another rank passed it on); its origin and
     cause texts say so."""
     names = ", ".join(origins)
     source = f"{sender}, which passed on what it received from {names}" if sender else names
     received = f"received from {sender}" if sender else "received"
-    d.origin, d.cause = False, "propagated"
-    d.origin_text = f"{received} through `{d.location}`: {matched} matched; {names} diverged first"
-    d.cause_text = (
-        f"{names} diverged first; this rank only received the difference through "
+    d = replace(
+        d,
+        origin=False,
+        cause="propagated",
+        origin_text=f"{received} through `{d.location}`: {matched} matched; {names} diverged first",
+        cause_text=f"{names} diverged first; this rank only received the difference through "
         f"`{d.location}`{f' from {sender}' if sender else ''}. Fix: look at {origins[0]}'s "
-        "divergence"
+        "divergence",
     )
-    return FOLLOWED, f"step {d.step}, {d.phase}: {d.label} (received from {source})"
+    return FOLLOWED, f"step {d.step}, {d.phase}: {d.label} (received from {source})", d
 
 
 def _sender(d: Divergence) -> str | None:
@@ -186,21 +192,21 @@ def _sender(d: Divergence) -> str | None:
     that differs between the runs (see origin_collective.py).
 
     >>> from divergence.compare.model import Probe
-    >>> d = Divergence("value", "rank1", 0, "communication", "collective_out", "recv#0", 0)
-    >>> d.a = Probe(9, 0, "communication", "collective_out", "recv#0", 0, "f", (4,), 2, "",
-    ...             "from rank 0")
-    >>> _sender(d)
+    >>> from divergence.store.schema import Phase
+    >>> at = Phase.COMMUNICATION, Kind.COLLECTIVE_OUT, "recv#0"
+    >>> a = Probe(9, 0, *at, 0, "f", (4,), 2, "", "from rank 0")
+    >>> _sender(Divergence(Reason.VALUE, "rank1", 0, *at, 0, a))
     'rank0'
     """
     probe = d.a if d.a is not None else d.b
-    if probe is None or message_direction(d.location) != RECEIVE or d.facts.get("collective"):
+    if probe is None or message_direction(d.location) != RECEIVE or d.facts.collective:
         return None
     peer = message_peer(probe.note)
     return None if peer is None else f"rank{peer}"
 
 
 def _received(d: Divergence) -> bool:
-    return d.reason == "value" and d.kind == Kind.COLLECTIVE_OUT.label
+    return d.reason == Reason.VALUE and d.kind == Kind.COLLECTIVE_OUT
 
 
 def _role(
@@ -208,36 +214,37 @@ def _role(
     earliest_local: tuple[int, int] | None,
     origins: list[str],
     unread: list[str],
-) -> tuple[str, str]:
+) -> Placed:
     d = p.first
     if d is None:
-        return (IDENTICAL, "") if p.complete_a and p.complete_b else (INCOMPLETE, _ended(p))
+        return (IDENTICAL, "", d) if p.complete_a and p.complete_b else (INCOMPLETE, _ended(p), d)
     where = f"step {d.step}, {d.phase}: {d.label}"
-    if d.reason == "length":
-        return INCOMPLETE, _ended(p) or d.origin_text
+    if d.reason == Reason.LENGTH:
+        return INCOMPLETE, _ended(p) or d.origin_text, d
     if not _received(d):
-        return FIRST, where
+        return FIRST, where, d
     if earliest_local is not None and earliest_local <= d.sort_key:
         return _followed(d, origins, "this rank's inputs")
     if unread:
-        d.origin, d.cause = None, "propagated"
-        d.origin_text = (
-            f"in the communication of `{d.location}`, or on {', '.join(unread)}, whose file "
-            f"cannot be read: this rank's inputs matched, {_result(d)} differs"
+        d = replace(
+            d,
+            origin=None,
+            cause="propagated",
+            origin_text=f"in the communication of `{d.location}`, or on {', '.join(unread)}, "
+            f"whose file cannot be read: this rank's inputs matched, {_result(d)} differs",
+            cause_text=f"the readable ranks' inputs to `{d.location}` matched; "
+            f"{', '.join(unread)} cannot be read, and its inputs may be where the difference "
+            "started. Fix: record the run again to read every rank",
         )
-        d.cause_text = (
-            f"the readable ranks' inputs to `{d.location}` matched; {', '.join(unread)} "
-            "cannot be read, and its inputs may be where the difference started. Fix: record "
-            "the run again to read every rank"
+        return FIRST, where, d
+    d = replace(d, origin=None if d.facts.unseen else True)  # (see caveat_unseen_state)
+    if d.facts.collective != "other_op" and not d.facts.unseen:
+        d = replace(
+            d,
+            origin_text=f"in the communication of `{d.location}`: every rank's inputs matched, "
+            f"{_result(d)} differs",
         )
-        return FIRST, where
-    d.origin = None if d.facts.get("unseen") else True  # (see caveat_unseen_state)
-    if d.facts.get("collective") != "other_op" and not d.facts.get("unseen"):
-        d.origin_text = (
-            f"in the communication of `{d.location}`: every rank's inputs matched, "
-            f"{_result(d)} differs"
-        )
-    return COMMUNICATION, where
+    return COMMUNICATION, where, d
 
 
 def _result(d: Divergence) -> str:

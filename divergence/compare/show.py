@@ -70,7 +70,7 @@ class Shown:
         """Whether this record makes ``show --against`` exit 1: a differing generator state is
         evidence, not a divergence (an unseeded generator never drawn from changes nothing),
         as in ``compare``."""
-        return self.status != "same" and self.compared and self.probe.kind != "rng_state"
+        return self.status != "same" and self.compared and self.probe.kind != Kind.RNG_STATE
 
     def to_json(self) -> dict[str, Any]:
         return {

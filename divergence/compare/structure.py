@@ -4,9 +4,11 @@ a write of the weights, a skipped optimizer step; else that the code paths diffe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from divergence.compare.model import Divergence, Probe
+from divergence.compare.model import Divergence, Facts, Probe, Reason
 from divergence.compare.origin_state import WRITE_PHASES, written_when
 from divergence.compare.records import probe_at
 from divergence.store.reader import RunFile
@@ -30,15 +32,11 @@ def structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergen
     for run, other, which in ((a, b, "A"), (b, a, "B")):
         region = _region_entered_at(run, row)
         if region is not None and not _compiles(other, region.name, region.step):
-            divergence = Divergence(
-                "structure", key, region.step, region.phase, region.kind, region.name, 0, pa, pb
-            )
-            divergence.origin_text = (
+            text = (
                 f"run {which} ran `{region.name}` as a torch.compile region (recorded at its "
                 "boundary: its inside is not observed) where the other ran it eagerly"
             )
-            divergence.facts["region"] = "one_run"
-            return divergence
+            return _done_in_one_run(key, region, pa, pb, text, Facts(region="one_run"))
     evaluation = _evaluation_in_one_run(key, pa, pb)
     # (before the records that come after an evaluation; but a write of the weights recorded
     # before an evaluation in one run only is what that run did first)
@@ -49,21 +47,27 @@ def structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergen
         return synced
     optimizers = _other_optimizers(pa, pb)
     if optimizers:
-        divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, 0, pa, pb)
-        divergence.origin_text = optimizers
-        return divergence
+        return _done_in_one_run(key, pa, pa, pb, optimizers)
     for probe, which in ((pa, "A"), (pb, "B")):
         news = _only_in_one_run(probe, which)
         if news:  # one run did something the other did not: say what
-            divergence = _done_in_one_run(key, probe, pa, pb, news)
-            _mark_written_at_exit(divergence, probe)
-            return divergence
-    divergence = Divergence("structure", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
-    divergence.origin_text = _skipped_update(pa, pb) or (
+            return _mark_written_at_exit(_done_in_one_run(key, probe, pa, pb, news), probe)
+    text = _skipped_update(pa, pb) or (
         f"run A next recorded {pa.label} ({pa.phase}, step {pa.step}) where run B recorded "
         f"{pb.label} ({pb.phase}, step {pb.step}): the runs took different code paths"
     )
-    return divergence
+    return Divergence(
+        Reason.STRUCTURE,
+        key,
+        pa.step,
+        pa.phase,
+        pa.kind,
+        pa.name,
+        pa.slot,
+        pa,
+        pb,
+        origin_text=text,
+    )
 
 
 def _synced_in_one_run(key: str, a: RunFile, b: RunFile, row: int) -> Divergence | None:
@@ -86,30 +90,29 @@ def _synced_in_one_run(key: str, a: RunFile, b: RunFile, row: int) -> Divergence
         return None
     if _backwards(a, probe.step) != _backwards(b, probe.step):
         return None
-    divergence = _done_in_one_run(
-        key,
-        probe,
-        pa,
-        pb,
+    text = (
         f"run {which} all-reduced DDP's gradients (`{probe.name}`) after a backward of step "
         f"{probe.step} where run {other} did not: run {other} kept that backward's gradients "
         "local (DDP's no_sync(), as gradient accumulation does) and reduced them together with "
-        f"a later backward's, run {which} reduced each backward's",
+        f"a later backward's, run {which} reduced each backward's"
     )
-    divergence.facts["collective"] = "sync_one_run"
-    return divergence
+    return _done_in_one_run(key, probe, pa, pb, text, Facts(collective="sync_one_run"))
 
 
 def _done_in_one_run(
-    key: str, probe: Probe, pa: Probe | None, pb: Probe | None, text: str
+    key: str,
+    probe: Probe,
+    pa: Probe | None,
+    pb: Probe | None,
+    text: str,
+    facts: Facts | None = None,
 ) -> Divergence:
     """A structure divergence at ``probe``, a record only one run made there; ``text`` says
     what that run did."""
-    divergence = Divergence(
-        "structure", key, probe.step, probe.phase, probe.kind, probe.name, 0, pa, pb
+    where = probe.step, probe.phase, probe.kind, probe.name, 0
+    return Divergence(
+        Reason.STRUCTURE, key, *where, pa, pb, origin_text=text, facts=facts or Facts()
     )
-    divergence.origin_text = text
-    return divergence
 
 
 def _is_first_bucket(file: RunFile, row: int) -> bool:
@@ -135,23 +138,16 @@ def _evaluation_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
     """Where one run's next record is a batch its model took for inference (an evaluation,
     ``evaluate()`` between two ``fit()`` calls) and the other's is not: that run evaluated
     here, the other did not (what the other records next says nothing)."""
-    evaluating = [
-        p.kind == Kind.BATCH.label and note_parts(p.note)[1] in EVAL_NOTES for p in (pa, pb)
-    ]
+    evaluating = [p.kind == Kind.BATCH and note_parts(p.note)[1] in EVAL_NOTES for p in (pa, pb)]
     if evaluating[0] == evaluating[1]:
         return None
     probe, which, next_one, other = (pa, "A", pb, "B") if evaluating[0] else (pb, "B", pa, "A")
-    divergence = _done_in_one_run(
-        key,
-        probe,
-        pa,
-        pb,
+    text = (
         f"run {which} ran its model `{probe.name}` for inference here (in eval mode, or called "
         f"with training=False: an evaluation or validation pass) where run {other} went on "
-        f"(its next record: {next_one.label}, {next_one.phase})",
+        f"(its next record: {next_one.label}, {next_one.phase})"
     )
-    divergence.facts["batch"] = "evaluation_in_one_run"
-    return divergence
+    return _done_in_one_run(key, probe, pa, pb, text, Facts(batch="evaluation_in_one_run"))
 
 
 def _other_optimizers(pa: Probe, pb: Probe) -> str:
@@ -159,11 +155,11 @@ def _other_optimizers(pa: Probe, pb: Probe) -> str:
     named ``<class>.<variable>``): the runs' optimizers differ, or one is wrapped. "" else.
 
     >>> from dataclasses import replace
-    >>> a = Probe(9, 0, "init", "optim_state", "SGD.iteration", 0, "int64", (), 7)
+    >>> a = Probe(9, 0, Phase.INIT, Kind.OPTIM_STATE, "SGD.iteration", 0, "int64", (), 7)
     >>> _other_optimizers(a, replace(a, name="LossScaleOptimizer.iteration"))[:40]
     "run A's optimizer is `SGD`, run B's `Los"
     """
-    state = Kind.OPTIM_STATE.label
+    state = Kind.OPTIM_STATE
     if pa.kind != state or pb.kind != state or pa.phase != pb.phase:
         return ""
     if any("/" in p.name or "." not in p.name for p in (pa, pb)):
@@ -210,7 +206,7 @@ def _skipped_update(pa: Probe, pb: Probe) -> str:
     """Where one run's step ends where the other's goes on to its optimizer update: it took no
     optimizer step there. Else ""."""
     for ended, other, which in ((pa, pb, "A"), (pb, pa, "B")):
-        if ended.kind == Kind.STEP_END.label and other.phase == Phase.OPTIMIZER.label:
+        if ended.kind == Kind.STEP_END and other.phase == Phase.OPTIMIZER:
             return (
                 f"run {which} took no optimizer step in step {ended.step} where the other did "
                 f"({other.label} next): a GradScaler skipping the step for inf or NaN "
@@ -224,7 +220,7 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
     record: a parameter recorded in the forward or backward phase (written outside the
     optimizer), a gradient in the optimizer phase (not the one the backward left), weights
     passed to the loss (FORMAT.md)."""
-    if probe.kind == Kind.PARAM_GRAD.label and probe.skipped == EDITED_IN_TRACE:
+    if probe.kind == Kind.PARAM_GRAD and probe.skipped == EDITED_IN_TRACE:
         return (
             f"run {which}'s traced step (tf.function) holds code that edits `{probe.name}`'s "
             "gradient between tape.gradient() and apply_gradients(), and the other run's does "
@@ -233,32 +229,32 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             "threshold applies only when its condition holds); show --against at later steps "
             "tells where the values part"
         )
-    if probe.kind == Kind.PARAM_GRAD.label and probe.phase == Phase.OPTIMIZER.label:
+    if probe.kind == Kind.PARAM_GRAD and probe.phase == Phase.OPTIMIZER:
         return (
             f"run {which} changed `{probe.name}`'s gradient between the backward and the "
             f"optimizer step of step {probe.step} (clipping, unscaling, a p.grad edit) or set "
             "it without a backward; the other run did not"
         )
-    if probe.kind == Kind.PARAM.label and probe.note == WRITTEN_AT_EXIT:
+    if probe.kind == Kind.PARAM and probe.note == WRITTEN_AT_EXIT:
         return (
             f"run {which}'s program wrote `{probe.name}` after its last optimizer step, seen "
             f"as it ended (recorded in step {probe.step}: {WRITES_AFTER_TRAINING}); the other "
             "run's did not, so the runs end with other weights"
         )
-    if probe.kind == Kind.PARAM.label and probe.phase in WRITE_PHASES:
+    if probe.kind == Kind.PARAM and probe.phase in WRITE_PHASES:
         return (
             f"run {which} wrote `{probe.name}` after its last record by other code than an "
             f"optimizer step (seen {written_when(probe.phase, probe.step)}); the other run did "
             "not"
         )
-    if probe.kind == Kind.OPTIM_STATE.label and probe.phase == Phase.INIT.label:
+    if probe.kind == Kind.OPTIM_STATE and probe.phase == Phase.INIT:
         return (
             f"run {which}'s optimizer held state (`{probe.name}`) before its first step (step "
             f"{probe.step}): loaded from a checkpoint (optimizer.load_state_dict, "
             "keras.models.load_model), or kept from steps before recording began; the other "
             "run's optimizer started empty"
         )
-    if probe.kind == Kind.BATCH.label and probe.name == SAMPLE_WEIGHT:
+    if probe.kind == Kind.BATCH and probe.name == SAMPLE_WEIGHT:
         return (
             f"run {which} weighted its loss (sample_weight= or class_weight= of fit); the "
             "other run did not"
@@ -281,19 +277,18 @@ def written_at_exit(key: str, a: RunFile, b: RunFile, n: int) -> Divergence | No
         return None
     pa, pb = (probe, None) if which == "A" else (None, probe)
     divergence = _done_in_one_run(key, probe, pa, pb, _only_in_one_run(probe, which))
-    _mark_written_at_exit(divergence, probe)
-    return divergence
+    return _mark_written_at_exit(divergence, probe)
 
 
 def _writes_weights(probe: Probe) -> bool:
     """Whether ``probe`` records a parameter written outside an optimizer step."""
     outside = probe.phase in WRITE_PHASES or probe.note == WRITTEN_AT_EXIT
-    return probe.kind == Kind.PARAM.label and outside
+    return probe.kind == Kind.PARAM and outside
 
 
-def _mark_written_at_exit(divergence: Divergence, probe: Probe) -> None:
+def _mark_written_at_exit(divergence: Divergence, probe: Probe) -> Divergence:
     """A write after the last optimizer step in one run only is where the runs' weights part
     (every record before matched): the origin, and a fact the knowledge base reads."""
-    if probe.kind == Kind.PARAM.label and probe.note == WRITTEN_AT_EXIT:
-        divergence.origin = True
-        divergence.facts["write"] = "at_exit"
+    if probe.kind == Kind.PARAM and probe.note == WRITTEN_AT_EXIT:
+        return replace(divergence, origin=True).with_facts(write="at_exit")
+    return divergence

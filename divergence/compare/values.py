@@ -3,14 +3,19 @@ its origin, the modes its models ran in, and a numeric diff of the dumped tensor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from divergence.compare.facts import loader_facts
-from divergence.compare.model import Divergence, Probe
+from divergence.compare.model import Divergence, Probe, Reason
 from divergence.compare.origin import explain_modes, explain_origin
 from divergence.compare.records import occurrence, probe_at, replay_call
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
+
+if TYPE_CHECKING:
+    from divergence.compare.numeric import NumericDiff
 
 
 def initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, note: int) -> int:
@@ -39,18 +44,26 @@ def initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, no
 
 def value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
-    divergence = Divergence("value", key, pa.step, pa.phase, pa.kind, pa.name, pa.slot, pa, pb)
-    divergence.occurrence = occurrence(a, row)
-    if pa.kind == Kind.OP_OUTPUT.label:
-        divergence.replay_call = replay_call(a, row)
-    explain_origin(divergence, a, row, b)
-    divergence.facts.update(loader_facts(a.meta, b.meta))
-    explain_modes(divergence, a, b, row)
-    divergence.numeric = _numeric(a, b, row, pa)
-    return divergence
+    divergence = Divergence(
+        Reason.VALUE,
+        key,
+        pa.step,
+        pa.phase,
+        pa.kind,
+        pa.name,
+        pa.slot,
+        pa,
+        pb,
+        occurrence=occurrence(a, row),
+        replay_call=replay_call(a, row) if pa.kind == Kind.OP_OUTPUT else None,
+        numeric=_numeric(a, b, row, pa),
+    )
+    divergence = explain_origin(divergence, a, row, b)
+    divergence = divergence.with_facts(**loader_facts(a.meta, b.meta))
+    return explain_modes(divergence, a, b, row)
 
 
-def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> object:
+def _numeric(a: RunFile, b: RunFile, row: int, probe: Probe) -> NumericDiff | None:
     dumped_a, dumped_b = a.tensor(row), b.tensor(row)
     if dumped_a is None or dumped_b is None or dumped_a[0].shape != dumped_b[0].shape:
         return None

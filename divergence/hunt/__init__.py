@@ -3,11 +3,13 @@ and when the runs diverge re-record only the diverging step at op level with ful
 
 Framework-free: it drives ``diverge record`` (subprocesses) and ``compare``.
 
->>> zoom_globs(Divergence("value", "p0", 3, "forward", "output", "block", 0))
+>>> from divergence.store.schema import Kind, Phase
+>>> value = Reason.VALUE, "p0", 3
+>>> zoom_globs(Divergence(*value, Phase.FORWARD, Kind.OUTPUT, "block", 0))
 ('block', 'block.*', 'block/*')
->>> zoom_globs(Divergence("value", "p0", 3, "backward", "param_grad", "fc.weight", 0))
+>>> zoom_globs(Divergence(*value, Phase.BACKWARD, Kind.PARAM_GRAD, "fc.weight", 0))
 ()
->>> zoom_globs(Divergence("value", "p0", 3, "backward", "output", "blocks.0", 0))  # recomputed
+>>> zoom_globs(Divergence(*value, Phase.BACKWARD, Kind.OUTPUT, "blocks.0", 0))  # recomputed
 ('blocks.0', 'blocks.0.*', 'blocks.0/*')
 """
 
@@ -23,19 +25,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from divergence.compare import compare_runs
-from divergence.compare.model import Comparison, Divergence
+from divergence.compare.model import Comparison, Divergence, Reason
 from divergence.compare.origin_module import parent_module
 from divergence.errors import IncomparableRunsError, IncompleteRecordingError, RecordError
 from divergence.record.config import RecordConfig, StepRange
 from divergence.record.launcher import is_run_file, record, resolve_command
 from divergence.record.rng import RNG_STATE_GLOBS
+from divergence.store.schema import Kind, Phase
 
 # Divergences the op-level zoom cannot refine: they arise before any op of the step runs.
 NO_ZOOM_KINDS = {
-    "batch": "the batch differs before the model ran: the data pipeline, not an op",
-    "rng_state": "a generator state differs at the step start",
-    "param": "the parameters differ",  # at init (in the optimizer phase the zoom does apply)
-    "hyperparam": "a setting differs (a layer's or an optimizer's): given to the program, not "
+    Kind.BATCH: "the batch differs before the model ran: the data pipeline, not an op",
+    Kind.RNG_STATE: "a generator state differs at the step start",
+    Kind.PARAM: "the parameters differ",  # at init (in the optimizer phase the zoom does apply)
+    Kind.HYPERPARAM: "a setting differs (a layer's or an optimizer's): given to the program, not "
     "computed by an op",
 }
 
@@ -97,12 +100,13 @@ def zoom_globs(d: Divergence) -> tuple[str, ...]:
     (its parent for an input computed in the parent's code), a forward recomputed in the
     backward included; the whole step otherwise, since a backward or optimizer value is
     computed by ops of other modules."""
-    recomputed = d.phase == "backward" and d.kind in ("output", "input")
-    forward = d.phase == "forward" and d.kind in ("output", "input", "op_output", "op_input")
+    ops = (Kind.OP_OUTPUT, Kind.OP_INPUT)
+    recomputed = d.phase == Phase.BACKWARD and d.kind in (Kind.OUTPUT, Kind.INPUT)
+    forward = d.phase == Phase.FORWARD and d.kind in (Kind.OUTPUT, Kind.INPUT, *ops)
     if not (forward or recomputed):
         return ()
-    module = d.location.rpartition("/")[0] if d.kind.startswith("op_") else d.location
-    if d.kind == "input":
+    module = d.location.rpartition("/")[0] if d.kind in ops else d.location
+    if d.kind == Kind.INPUT:
         module = parent_module(module)
     if not module:
         return ()
@@ -274,10 +278,10 @@ def _compare(reference: Path, other: Path, against: Path | None) -> Comparison:
 
 
 def _zoom_skip_reason(d: Divergence) -> str:
-    if d.reason != "value":
+    if d.reason != Reason.VALUE:
         return f"a {d.reason} divergence: the runs differ in what they did, not in an op's bits"
-    if d.kind == "param" and d.phase != "optimizer":
-        return NO_ZOOM_KINDS["param"] + " before training"
+    if d.kind == Kind.PARAM and d.phase != Phase.OPTIMIZER:
+        return NO_ZOOM_KINDS[Kind.PARAM] + " before training"
     return NO_ZOOM_KINDS.get(d.kind, "")
 
 

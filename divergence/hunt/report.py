@@ -53,10 +53,10 @@ def verdict(h: Hunt) -> str:
     d = report.first if report is not None else None
     assert d is not None
     where = d.label
-    if d.facts.get("op"):  # slot 0 unsaid, as in compare's probe labels
-        module = d.facts.get("module") or "no module"
+    if d.facts.op:  # slot 0 unsaid, as in compare's probe labels
+        module = d.facts.module or "no module"
         slot = f" {d.slot}" if d.slot else ""
-        where = f"`{d.facts['op']}` {d.kind.removeprefix('op_')}{slot} in `{module}`"
+        where = f"`{d.facts.op}` {d.kind.label.removeprefix('op_')}{slot} in `{module}`"
     origin = ORIGIN_TAGS[d.origin]
     return f"DIVERGED at step {d.step}, {d.phase}: {where} [{origin}]; cause: {d.cause}"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from divergence.compare.model import Comparison
+from divergence.compare.model import Comparison, Reason
 from divergence.compare.origin_op import split_op_name
 
 
@@ -20,7 +20,7 @@ def divergence_commands(comparison: Comparison) -> list[str]:
     first value or structure divergence; none across a resume, whose step numbers differ
     between the runs, and none for a length divergence (nothing to set side by side)."""
     d = comparison.first
-    if d is None or d.reason == "length" or d.unreadable:
+    if d is None or d.reason == Reason.LENGTH or d.unreadable:
         return []
     process = next(p for p in comparison.processes if p.first is d)
     if process.resume is not None:
@@ -31,7 +31,7 @@ def divergence_commands(comparison: Comparison) -> list[str]:
     b = quoted(comparison.run_b if single else process.path_b)
     probe = shlex.quote(d.location)
     # (a structure divergence: the whole step, where the runs' records part)
-    only = f" --probe {probe}" if d.reason == "value" else ""
+    only = f" --probe {probe}" if d.reason == Reason.VALUE else ""
     lines = [f"diverge show {a} --against {b} --step {d.step}{only}"]
     op = split_op_name(d.location)[1]
     if op.startswith("aten.") and d.replay_call is not None and d.numeric is not None:

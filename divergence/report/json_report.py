@@ -35,18 +35,18 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
 def divergence_json(d: Divergence) -> dict[str, Any]:
     return {
         "step": d.step,
-        "phase": d.phase,
-        "kind": d.kind,
+        "phase": d.phase.label,
+        "kind": d.kind.label,
         "location": d.location,
         "slot": d.slot,
-        "reason": d.reason,
+        "reason": d.reason.value,
         "origin": d.origin,
         "origin_text": d.origin_text,
         "unreadable": d.unreadable,  # (a damaged file: where it parts is unknown)
-        "matched_inputs": d.matched_inputs,
+        "matched_inputs": list(d.matched_inputs),
         "occurrence": list(d.occurrence) if d.occurrence else None,
-        "rng_evidence": d.rng_evidence,
-        "rng_undrawn": d.rng_undrawn,
+        "rng_evidence": list(d.rng_evidence),
+        "rng_undrawn": list(d.rng_undrawn),
         "rank": d.process,
         "cause": d.cause,
         "cause_text": d.cause_text,
@@ -72,7 +72,7 @@ def process_json(p: ProcessComparison) -> dict[str, Any]:
         ),
         "role": p.role,
         "role_text": p.role_text,
-        "settings_differences": p.settings_differences,
+        "settings_differences": list(p.settings_differences),
         # one run resumed the other's training: {"run": "B", "at_step": 4, "parameters": 4,
         # "unused_batches", "first_buckets", "alike_until"} (compare/model.py Resume)
         "resume": asdict(p.resume) if p.resume else None,

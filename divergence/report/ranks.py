@@ -14,7 +14,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from divergence.compare.model import Comparison, ProcessComparison
+from divergence.compare.model import Comparison, ProcessComparison, Reason
 
 ROWS = 16
 
@@ -49,6 +49,6 @@ def _first(p: ProcessComparison) -> str:
     first = p.first
     if first is None:
         return "identical"
-    if first.reason == "length":
+    if first.reason == Reason.LENGTH:
         return f"length: from step {first.step}"
-    return f"step {first.step} {first.phase} {first.kind.replace('_', ' ')} {first.location}"
+    return f"step {first.step} {first.phase} {first.kind.label.replace('_', ' ')} {first.location}"

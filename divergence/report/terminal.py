@@ -23,10 +23,11 @@ from divergence.compare.model import (
     Divergence,
     ProcessComparison,
     Propagation,
+    Reason,
     display_value,
 )
 from divergence.report.commands import divergence_commands
-from divergence.store.schema import message_direction, note_parts
+from divergence.store.schema import Kind, Phase, message_direction, note_parts
 from divergence.wording import counted
 
 WIDTH = 100
@@ -106,18 +107,18 @@ def verdict(c: Comparison) -> Text:
             style="bold green",
         )
     key = note_parts(first.a.note)[0] if first.a is not None else ""
-    what = f"{first.kind.replace('_', ' ')}{f' ({key})' if key else ''}"
+    what = f"{first.kind.label.replace('_', ' ')}{f' ({key})' if key else ''}"
     where = f"{what} of {first.location}" if first.location else "the end"
     if first.a is not None and first.a.name == first.location and first.location:
         where = first.a.label  # (with its slot: "batch 2 of M", as the probe line says)
     origin = ORIGIN_TAGS[first.origin]
-    if first.reason == "length":
+    if first.reason == Reason.LENGTH:
         return Text(
             f"DIVERGED (length) at step {first.step}: one run ended early", style="bold red"
         )
     return Text(
         f"DIVERGED ({first.reason}) at step {first.step}, {first.phase}: {where}"
-        f"{'' if first.reason != 'value' else f' [{origin}]'}",
+        f"{'' if first.reason != Reason.VALUE else f' [{origin}]'}",
         style="bold red",
     )
 
@@ -169,13 +170,13 @@ ORIGIN_TAGS = {True: "origin", False: "propagated", None: "origin not establishe
 def origin_text(d: Divergence) -> str:
     """The origin row: a setting (an optimizer's hyperparameters, a layer's arguments) has no
     inputs, so "its inputs matched" would not read right there."""
-    if d.origin and d.kind == "hyperparam":
+    if d.origin and d.kind == Kind.HYPERPARAM:
         return "yes: a setting, given to the program, not computed from recorded tensors"
-    if d.origin and d.phase == "init" and d.kind in ("param", "buffer"):
+    if d.origin and d.phase == Phase.INIT and d.kind in (Kind.PARAM, Kind.BUFFER):
         return "yes: a value the run started from, not computed from recorded tensors"
-    if d.origin and d.kind == "collective_out" and message_direction(d.location):
+    if d.origin and d.kind == Kind.COLLECTIVE_OUT and message_direction(d.location):
         return "yes: the message received differs, every record before it matched"
-    if d.origin and d.kind == "collective_in":
+    if d.origin and d.kind == Kind.COLLECTIVE_IN:
         if message_direction(d.location):
             sent = f"sent other values through `{d.location}`"
             return f"yes: this rank {sent}, every record before matched"
@@ -313,9 +314,9 @@ def key_value_table(rows: Iterable[tuple[str, str]]) -> KeyValueTable:
 
 def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
     yield "step", str(d.step)
-    if d.reason != "length":  # (a run's end is no phase)
-        yield "phase", d.phase
-    if d.a is not None and d.reason == "value":
+    if d.reason != Reason.LENGTH:  # (a run's end is no phase)
+        yield "phase", d.phase.label
+    if d.a is not None and d.reason == Reason.VALUE:
         yield "probe", f"{d.a.label}  {d.a.type_text}{occurrence_text(d)}"
         if d.b is not None and d.b.type_text != d.a.type_text:
             yield "run B", d.b.type_text
@@ -342,7 +343,9 @@ def occurrence_text(d: Divergence) -> str:
     return f"  ({what} {d.occurrence[0]} of {d.occurrence[1]} in this step)"
 
 
-CALL_KINDS = frozenset({"input", "output", "grad_output", "batch", "op_input", "op_output"})
+CALL_KINDS = frozenset(
+    {Kind.INPUT, Kind.OUTPUT, Kind.GRAD_OUTPUT, Kind.BATCH, Kind.OP_INPUT, Kind.OP_OUTPUT}
+)
 
 
 def propagation_lines(p: ProcessComparison) -> list[str]:
@@ -353,7 +356,7 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
     aligned = prop.aligned_until_step
     unseen = (
         "no loss seen: neither fit's nor a tape.gradient() target's"
-        if first.facts.get("framework") == "tensorflow"
+        if first.facts.framework == "tensorflow"
         else "no backward() of a loss seen"
     )
     loss = (
@@ -400,12 +403,13 @@ def _differing_records(first: Divergence, prop: Propagation) -> str:
     lining up, among those paired by what they are (said, with what one run holds alone).
 
     >>> from divergence.compare.model import Propagation
-    >>> d = Divergence("structure", "rank0", 3, "optimizer", "param_grad", "fc.weight", 0)
+    >>> at = Phase.OPTIMIZER, Kind.PARAM_GRAD, "fc.weight"
+    >>> d = Divergence(Reason.STRUCTURE, "rank0", 3, *at, 0)
     >>> _differing_records(d, Propagation(0, 0, 0, None, 0, 4, 5, -1, 3, unpaired_records=1))
     'past it, no record both runs hold differs (paired by name; 1 record in one run only)'
     """
     paired = f"paired by name; {counted(prop.unpaired_records, 'record')} in one run only"
-    if first.reason == "structure":
+    if first.reason == Reason.STRUCTURE:
         n = prop.differing_records
         differ = (
             f"{counted(n, 'record')} both runs hold {'differs' if n == 1 else 'differ'}, over "

@@ -33,7 +33,12 @@ CHUNK_RECORDS = 2048  # rows per chunk (78 KiB): small runs stay small
 
 
 class Phase(IntEnum):
-    """Where in a training step a record was taken (what a user reads as 'phase')."""
+    """Where in a training step a record was taken (what a user reads as 'phase'): its int
+    value in files, its label in text.
+
+    >>> f"{Phase.FORWARD}", str(Phase.INIT), int(Phase.FORWARD)
+    ('forward', 'init', 4)
+    """
 
     MARKER = 0
     INIT = 1
@@ -48,9 +53,20 @@ class Phase(IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
+    # read as their labels in text; the int value stays what files hold
+    def __str__(self) -> str:
+        return self.label
+
+    def __format__(self, spec: str) -> str:
+        return format(self.label, spec)
+
 
 class Kind(IntEnum):
-    """What a record fingerprints."""
+    """What a record fingerprints: its int value in files, its label in text.
+
+    >>> f"{Kind.PARAM_GRAD:>12}", int(Kind.PARAM_GRAD)
+    ('  param_grad', 4)
+    """
 
     INVALID = 0  # zero-filled rows of a torn write read as this
     INPUT = 1  # a module's (or op's) input
@@ -75,6 +91,13 @@ class Kind(IntEnum):
     @property
     def label(self) -> str:
         return self.name.lower()
+
+    # read as their labels in text; the int value stays what files hold
+    def __str__(self) -> str:
+        return self.label
+
+    def __format__(self, spec: str) -> str:
+        return format(self.label, spec)
 
 
 # the values a recorder writes (a record with another was damaged: a flipped byte)

@@ -256,7 +256,7 @@ def test_dropout_with_another_seed_is_the_origin_at_bernoulli(tmp_path: Path, du
     assert first is not None and first.location == "1/aten.bernoulli_.float"
     assert first.origin is True, first.origin_text
     assert "input 0 held uninitialised memory, which it writes" in first.origin_text
-    assert first.rng_evidence == ["torch.cpu from step 0"]
+    assert first.rng_evidence == ("torch.cpu from step 0",)
     if dump:
         (row,) = notes_of(tmp_path / "a", "1/aten.bernoulli_.float", Kind.OP_OUTPUT)
         assert row.startswith('{"op": "aten.bernoulli_.float"')

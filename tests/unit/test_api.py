@@ -152,8 +152,8 @@ def test_a_manual_update_in_the_last_step_is_recorded(tmp_path: Path) -> None:
     assert first is not None
     assert (first.step, first.phase, first.kind, first.location) == (
         2,
-        "optimizer",
-        "param",
+        Phase.OPTIMIZER,
+        Kind.PARAM,
         "weight",
     )
 
@@ -210,6 +210,6 @@ def test_weights_drawn_from_numpy_before_the_recorder_keep_numpy_as_evidence(
         env = {**os.environ, "SEED": seed, "OUT": str(tmp_path / name)}
         subprocess.run([sys.executable, str(script)], check=True, env=env)
     first = compare_runs(tmp_path / "a", tmp_path / "b").first
-    assert first is not None and (first.phase, first.location) == ("init", "weight")
+    assert first is not None and (first.phase, first.location) == (Phase.INIT, "weight")
     assert any(e.startswith("numpy.random") for e in first.rng_evidence), first.rng_undrawn
     assert first.cause == "initialisation" and "np.random.seed" in first.cause_text

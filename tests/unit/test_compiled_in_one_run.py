@@ -37,7 +37,7 @@ def test_a_region_only_one_run_entered_is_named(tmp_path: Path) -> None:
     eager = [(Kind.INPUT, "Net"), (Kind.INPUT, "fc"), (Kind.OUTPUT, "fc"), (Kind.OUTPUT, "Net")]
     a, b = write_run(tmp_path / "a", compiled), write_run(tmp_path / "b", eager)
     first = compare_runs(a, b).first
-    assert first is not None and (first.kind, first.location) == ("compiled", "Net")
+    assert first is not None and (first.kind, first.location) == (Kind.COMPILED, "Net")
     assert first.origin_text.startswith("run A ran `Net` as a torch.compile region")
     assert first.cause == "configuration" and "in one run only" in first.cause_text
 

@@ -31,8 +31,8 @@ def test_a_recomputed_forward_that_differs_is_named_as_one(tmp_path: Path) -> No
     first = compare_runs(a, b).first
     assert first is not None
     assert (first.phase, first.kind, first.location, first.origin) == (
-        "backward",
-        "output",
+        Phase.BACKWARD,
+        Kind.OUTPUT,
         "block",
         True,
     )
@@ -83,5 +83,5 @@ def test_a_differing_module_input_names_the_code_that_made_it(
     differing = len(rows) - 1
     a, b = (write_calls(tmp_path / side, rows, differing) for side in "ab")
     first = compare_runs(a, b).first
-    assert first is not None and (first.kind, first.location) == ("input", rows[-1][1])
+    assert first is not None and (first.kind, first.location) == (Kind.INPUT, rows[-1][1])
     assert first.origin_text == text

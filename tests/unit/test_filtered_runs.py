@@ -41,7 +41,7 @@ def test_a_filtered_run_says_what_was_not_compared(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a", ("fc*",), changed=False)
     comparison = compare_runs(a, write_run(tmp_path / "b", ("fc*",), changed=True))
     first = comparison.first
-    assert first is not None and (first.step, first.kind) == (1, "input")
+    assert first is not None and (first.step, first.kind) == (1, Kind.INPUT)
     assert "recorded with --include/--exclude: what those left out" in first.cause_text
     assert "loss not recorded (no backward() of a loss seen" in render_text(comparison)
 
@@ -66,5 +66,5 @@ def test_a_hunt_zoom_s_globs_are_its_own_choice_not_a_caveat(tmp_path: Path) -> 
     a = write_run(tmp_path / "a", ("fc*",), changed=False, zoom=True)
     comparison = compare_runs(a, write_run(tmp_path / "b", ("fc*",), changed=True, zoom=True))
     first = comparison.first
-    assert first is not None and (first.step, first.kind) == (1, "input")
+    assert first is not None and (first.step, first.kind) == (1, Kind.INPUT)
     assert "--include/--exclude" not in first.cause_text

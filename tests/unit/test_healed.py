@@ -32,7 +32,7 @@ def write_run(path: Path, initial: int, final: int) -> Path:
 
 def test_a_difference_that_did_not_last_says_so(tmp_path: Path) -> None:
     comparison = compare_runs(write_run(tmp_path / "a", 1, 7), write_run(tmp_path / "b", 2, 7))
-    assert comparison.first is not None and comparison.first.phase == "init"
+    assert comparison.first is not None and comparison.first.phase == Phase.INIT
     text = " ".join(render_text(comparison).split())
     assert "the difference did not last: no record differs after step 0, and the final" in text
     (process,) = json.loads(json.dumps(comparison_json(comparison)))["processes"]

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from divergence.compare.model import Comparison, Divergence, ProcessComparison, Resume
+from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason, Resume
 from divergence.errors import CorruptRunError
 from divergence.hunt import hunt
 from divergence.hunt.report import inspect_commands
 from divergence.report.commands import divergence_commands
+from divergence.store.schema import Kind, Phase
 
 OP = "noise/aten.uniform_.default"
 
@@ -26,10 +28,19 @@ def comparison_with(
 ) -> Comparison:
     """One process whose first divergence is an op output at step 0 (dumped in both runs:
     a numeric diff)."""
-    first = Divergence(reason, "process0", 0, "forward", "op_output", OP, 0, occurrence=occurrence)
-    first.numeric = object() if dumped else None
-    # (as replay counts: the second of two calls, when the report says "call 2 of 2")
-    first.replay_call = occurrence[0] - 1 if occurrence else 0
+    first = Divergence(
+        Reason(reason),
+        "process0",
+        0,
+        Phase.FORWARD,
+        Kind.OP_OUTPUT,
+        OP,
+        0,
+        occurrence=occurrence,
+        numeric=object() if dumped else None,  # (a stand-in: only its presence is read)
+        # (as replay counts: the second of two calls, when the report says "call 2 of 2")
+        replay_call=occurrence[0] - 1 if occurrence else 0,
+    )
     process = ProcessComparison(
         "process0", a / "p.h5", b / "p.h5", 9, 1, 1, True, True, first, None
     )
@@ -55,7 +66,7 @@ def test_replay_is_told_which_call_of_the_op_parted() -> None:
 
 def test_nothing_to_show_across_a_resume_or_after_a_length_divergence() -> None:
     resumed = comparison_with(None)
-    resumed.processes[0].resume = Resume("B", 4, 2)
+    resumed.processes[0] = replace(resumed.processes[0], resume=Resume("B", 4, 2))
     assert divergence_commands(resumed) == []
     assert divergence_commands(comparison_with(None, reason="length")) == []
     # a structure divergence: the whole step, where the records part
@@ -86,7 +97,7 @@ def test_a_setting_that_differs_is_not_zoomed() -> None:
     """A layer's or an optimizer's settings are given to the program: no op computes them."""
     from divergence.hunt import _zoom_skip_reason
 
-    setting = Divergence("value", "process0", 0, "init", "hyperparam", "dense", 0)
+    setting = Divergence(Reason.VALUE, "process0", 0, Phase.INIT, Kind.HYPERPARAM, "dense", 0)
     assert _zoom_skip_reason(setting).startswith("a setting differs")
-    output = Divergence("value", "process0", 0, "forward", "output", "dense", 0)
+    output = Divergence(Reason.VALUE, "process0", 0, Phase.FORWARD, Kind.OUTPUT, "dense", 0)
     assert _zoom_skip_reason(output) == ""

@@ -4,6 +4,8 @@ before a general one do."""
 from __future__ import annotations
 
 from divergence.compare.knowledge import match_cause, matching_hints
+from divergence.compare.model import Divergence, Facts, Reason
+from divergence.store.schema import Kind, Phase
 
 KERAS = {"framework": "tensorflow", "device": "cpu", "layout": "same"}
 
@@ -97,15 +99,12 @@ def test_a_thread_variable_torch_overrode_is_no_cause() -> None:
     """OMP_NUM_THREADS 1 vs unset while torch computed with the same thread count (the
     script called torch.set_num_threads): not the thread cause; when the counts differ, it is."""
     from divergence.compare.causes import classify
-    from divergence.compare.model import Divergence, EnvDifference
+    from divergence.compare.model import EnvDifference
 
     variable = EnvDifference("env.OMP_NUM_THREADS", "1", None)
     counts = EnvDifference("threads.torch.get_num_threads", 1, 2)
     for environment, cause in (([variable], "compute"), ([variable, counts], "environment")):
-        divergence = Divergence("value", "p0", 1, "forward", "output", "fc", 0)
-        divergence.origin = True
-        divergence.facts = {"framework": "torch", "device": "cpu", "layout": "same"}
-        assert classify(divergence, environment)[0] == cause, environment
+        assert classify(_torch_cpu_output(), environment).cause == cause, environment
 
 
 def test_a_loader_generator_seeded_otherwise_is_named_as_the_loader_s() -> None:
@@ -153,13 +152,17 @@ def test_an_openblas_thread_variable_stays_a_cause() -> None:
     """torch's own thread count does not show OpenBLAS's (numpy's BLAS): still the thread
     cause where only it differs."""
     from divergence.compare.causes import classify
-    from divergence.compare.model import Divergence, EnvDifference
+    from divergence.compare.model import EnvDifference
 
-    divergence = Divergence("value", "p0", 1, "forward", "output", "fc", 0)
-    divergence.origin = True
-    divergence.facts = {"framework": "torch", "device": "cpu", "layout": "same"}
     variable = EnvDifference("env.OPENBLAS_NUM_THREADS", "1", "2")
-    assert classify(divergence, [variable])[0] == "environment"
+    assert classify(_torch_cpu_output(), [variable]).cause == "environment"
+
+
+def _torch_cpu_output() -> Divergence:
+    """An origin at a module's output, in a torch run on the CPU."""
+    facts = Facts(framework="torch", device="cpu", layout="same")
+    at = Phase.FORWARD, Kind.OUTPUT, "fc"
+    return Divergence(Reason.VALUE, "p0", 1, *at, 0, origin=True, facts=facts)
 
 
 def test_index_put_accumulating_on_the_cpu_is_named_before_the_cpu_compute_cause() -> None:

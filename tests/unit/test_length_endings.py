@@ -30,13 +30,13 @@ def write_run(path: Path, steps: int, fail_at: int | None = None) -> Path:
 
 def test_a_run_that_ended_cleanly_but_shorter_stopped_its_loop_earlier(tmp_path: Path) -> None:
     first = compare_runs(write_run(tmp_path / "a", 5), write_run(tmp_path / "b", 3)).first
-    assert first is not None and first.reason == "length" and first.facts["ended"] == "cleanly"
+    assert first is not None and first.reason == "length" and first.facts.ended == "cleanly"
     assert "ended cleanly" in first.cause_text and "EarlyStopping" in first.cause_text
 
 
 def test_a_recording_that_stopped_is_not_said_to_have_ended_cleanly(tmp_path: Path) -> None:
     first = compare_runs(write_run(tmp_path / "a", 5), write_run(tmp_path / "b", 5, 2)).first
-    assert first is not None and first.reason == "length" and "ended" not in first.facts
+    assert first is not None and first.reason == "length" and not first.facts.ended
     assert "EarlyStopping" not in first.cause_text
 
 

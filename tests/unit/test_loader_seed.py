@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import divergence
 from divergence.compare import compare_runs
+from divergence.store.schema import Kind
 
 
 def train(out: Path, extra_draw: bool, generator: torch.Generator | None = None) -> Path:
@@ -32,7 +33,7 @@ def train(out: Path, extra_draw: bool, generator: torch.Generator | None = None)
 def test_a_base_seed_from_the_global_generator_is_not_a_seed(tmp_path: Path) -> None:
     comparison = compare_runs(train(tmp_path / "a", False), train(tmp_path / "b", True))
     first = comparison.first
-    assert first is not None and (first.step, first.kind) == (0, "batch")
+    assert first is not None and (first.step, first.kind) == (0, Kind.BATCH)
     assert "seeds" not in {e.key for e in comparison.environment}
     assert first.cause == "rng"
 

@@ -40,7 +40,11 @@ def write_run(
 def test_the_call_of_a_module_called_several_times_is_named(tmp_path: Path) -> None:
     comparison = compare_runs(write_run(tmp_path / "a", None), write_run(tmp_path / "b", 1))
     first = comparison.first
-    assert first is not None and (first.step, first.kind, first.location) == (1, "output", "cell")
+    assert first is not None and (first.step, first.kind, first.location) == (
+        1,
+        Kind.OUTPUT,
+        "cell",
+    )
     assert first.occurrence == (2, 3)
     assert "output of cell  float32 [4]  (call 2 of 3 in this step)" in render_text(comparison)
     assert comparison_json(comparison)["first_divergence"]["occurrence"] == [2, 3]
@@ -58,5 +62,5 @@ def test_an_input_made_between_two_calls_names_both_calls(tmp_path: Path) -> Non
     between them made it, and the report says which call is which."""
     b = write_run(tmp_path / "b", 1, changed_kind=Kind.INPUT)
     first = compare_runs(write_run(tmp_path / "a", None), b).first
-    assert first is not None and (first.kind, first.occurrence) == ("input", (2, 3))
+    assert first is not None and (first.kind, first.occurrence) == (Kind.INPUT, (2, 3))
     assert "after `cell` output (call 1) and before it called `cell` (call 2)" in first.origin_text

@@ -75,7 +75,7 @@ def test_a_difference_after_the_resume_is_said_in_the_original_run_s_steps(
         session.optimizer_stepped()
     session.finish()
     first = compare_runs(tmp_path / "a", tmp_path / "b").first
-    assert first is not None and (first.step, first.kind) == (4, "loss")
+    assert first is not None and (first.step, first.kind) == (4, Kind.LOSS)
     assert first.b is not None and first.b.step == 4
 
 
@@ -147,14 +147,14 @@ def test_a_state_no_optimizer_writes_is_compared_with_the_original_s_last_one(
     first = compare_runs(tmp_path / "a", tmp_path / "b").first
     assert first is not None and (first.step, first.phase, first.location) == (
         3,
-        "init",
+        Phase.INIT,
         "seed.state",
     )
     assert first.origin is True and "does not hold or it did not restore" in first.origin_text
     assert first.cause == "initialisation" and "SeedGenerator" in first.cause_text
     # the resumed run's record, in the original's numbering; the original's last one before
-    assert first.kind == "param" and first.b is not None and first.b.step == 3
-    assert first.a is not None and (first.a.kind, first.a.step) == ("buffer", 2)
+    assert first.kind == Kind.PARAM and first.b is not None and first.b.step == 3
+    assert first.a is not None and (first.a.kind, first.a.step) == (Kind.BUFFER, 2)
     # restored (the original's state after step 2): identical
     assert compare_runs(tmp_path / "a", tmp_path / "c").identical
 

@@ -165,10 +165,10 @@ def test_every_generator_record_of_a_torch_run_is_kept_by_a_hunts_zoom(tmp_path:
     import torch
 
     import divergence
-    from divergence.compare.model import Divergence
+    from divergence.compare.model import Divergence, Reason
     from divergence.hunt import zoom_config
     from divergence.store.run import Run
-    from divergence.store.schema import Kind
+    from divergence.store.schema import Kind, Phase
 
     with divergence.Recorder(tmp_path / "run"):
         torch.nn.Linear(2, 2)(torch.ones(1, 2)).sum()
@@ -177,7 +177,9 @@ def test_every_generator_record_of_a_torch_run_is_kept_by_a_hunts_zoom(tmp_path:
     rng = run.records["kind"] == Kind.RNG_STATE
     names = {run.strings[i] for i in run.records["name"][rng]}
     assert names == {"python.random", "numpy.random", "torch.cpu"}
-    zoom = zoom_config(Divergence("value", "p0", 3, "forward", "output", "fc", 0), tmp_path)
+    zoom = zoom_config(
+        Divergence(Reason.VALUE, "p0", 3, Phase.FORWARD, Kind.OUTPUT, "fc", 0), tmp_path
+    )
     assert all(any(fnmatchcase(n, glob) for glob in zoom.include) for n in names)
     assert set(RNG_STATE_GLOBS) <= set(zoom.include)
 

@@ -55,14 +55,14 @@ def first_divergence(
 
 def test_a_generator_never_drawn_from_is_no_evidence(tmp_path: Path) -> None:
     first = first_divergence(tmp_path, drawn=False, step=1)
-    assert first.rng_evidence == [] and first.rng_undrawn == ["python.random"]
+    assert first.rng_evidence == () and first.rng_undrawn == ("python.random",)
     assert first.cause == "compute"
 
 
 def test_a_generator_drawn_from_is_evidence(tmp_path: Path) -> None:
     first = first_divergence(tmp_path, drawn=True, step=1)
-    assert first.rng_evidence == ["python.random from step 0"]
-    assert first.rng_undrawn == [] and first.cause == "rng"
+    assert first.rng_evidence == ("python.random from step 0",)
+    assert first.rng_undrawn == () and first.cause == "rng"
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_a_draw_that_cannot_be_ruled_out_stays_evidence(
     tmp_path: Path, step: int, known_start: bool
 ) -> None:
     first = first_divergence(tmp_path, drawn=False, step=step, known_start=known_start)
-    assert first.rng_evidence == ["python.random from step 0"]
+    assert first.rng_evidence == ("python.random from step 0",)
     assert first.cause == "rng"
 
 
@@ -87,5 +87,5 @@ def test_a_run_that_ends_at_the_divergence_does_not_hide_what_the_other_proves(
     b = write_run(tmp_path / "b", 200, False, 0, steps=1)
     first = compare_runs(a, b).first
     assert first is not None and (first.step, first.location) == (0, "fc")
-    assert first.rng_evidence == [] and first.rng_undrawn == ["python.random"]
+    assert first.rng_evidence == () and first.rng_undrawn == ("python.random",)
     assert first.cause == "compute"

@@ -90,17 +90,19 @@ def test_info_piped_is_100_columns_without_padding() -> None:
 
 
 def test_a_setting_as_origin_is_not_said_to_have_matching_inputs() -> None:
-    from divergence.compare.model import Divergence
+    from divergence.compare.model import Divergence, Reason
     from divergence.report.terminal import origin_text
+    from divergence.store.schema import Kind, Phase
 
-    setting = Divergence("value", "p0", 0, "init", "hyperparam", "SGD.settings", 0)
-    setting.origin = True
+    value = Reason.VALUE
+    setting = Divergence(
+        value, "p0", 0, Phase.INIT, Kind.HYPERPARAM, "SGD.settings", 0, origin=True
+    )
     assert origin_text(setting).startswith("yes: a setting")
-    output = Divergence("value", "p0", 0, "forward", "output", "fc", 0)
-    output.origin = True
+    output = Divergence(value, "p0", 0, Phase.FORWARD, Kind.OUTPUT, "fc", 0, origin=True)
     assert origin_text(output) == "yes: its recorded inputs matched, its output did not"
-    passed = Divergence("value", "rank1", 2, "communication", "collective_in", "all_reduce#0", 0)
-    passed.origin = True
+    collective = Phase.COMMUNICATION, Kind.COLLECTIVE_IN, "all_reduce#0"
+    passed = Divergence(value, "rank1", 2, *collective, 0, origin=True)
     assert origin_text(passed).startswith("yes: this rank passed other values to the collective")
 
 

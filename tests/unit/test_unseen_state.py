@@ -39,7 +39,7 @@ def test_an_origin_after_unseen_weights_is_left_open(tmp_path: Path) -> None:
         a = _write(tmp_path / f"a{origin}{unseen}", 0, unseen)
         b = _write(tmp_path / f"b{origin}{unseen}", 1, unseen)
         first = compare_ranks(a, b).processes[0].first
-        assert first is not None and (first.step, first.kind) == (1, "collective_in")
+        assert first is not None and (first.step, first.kind) == (1, Kind.COLLECTIVE_IN)
         assert first.origin is origin, unseen
         said = (
             "1 record of weights, gradients or optimizer state before it, from step 0 on, was"
