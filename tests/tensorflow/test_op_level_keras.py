@@ -45,8 +45,8 @@ def test_ops_are_attributed_to_their_layer_and_phase(runs: dict[str, Path]) -> N
     # gradient ops go to the layer whose forward op they differentiate
     assert ("backward", "op_output", "functional.dense/MatMul") in seen
     assert any(p == "optimizer" and k == "op_output" for p, k, _ in seen)
-    # the recorder's own probes and fingerprints, traced or eager at exit, are not ops of the run
-    assert not any("ScatterNd" in name or "BitwiseXor" in name for _, _, name in seen)
+    # the recorder's own probes are not ops of the run
+    assert not any("ScatterNd" in name for _, _, name in seen)
 
 
 def test_a_changed_constant_in_a_layer_is_the_origin(runs: dict[str, Path]) -> None:

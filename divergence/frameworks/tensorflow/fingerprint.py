@@ -12,9 +12,8 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import cache
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import tensorflow as tf
@@ -55,12 +54,36 @@ def _words(t: tf.Tensor) -> tf.Tensor:
     return tf.bitcast(tf.reshape(raw, [-1, 8]), tf.uint64)
 
 
+_own = 0  # depth of own_ops() blocks running
+
+
+@contextmanager
+def own_ops() -> Iterator[None]:
+    """The ops built or run inside are the recorder's own, not the program's: an op-level
+    recorder leaves them out (:func:`in_own_ops`). Also a decorator."""
+    global _own
+    _own += 1
+    try:
+        yield
+    finally:
+        _own -= 1
+
+
+def in_own_ops() -> bool:
+    return _own > 0
+
+
 def word_sum(t: tf.Tensor) -> tf.Tensor:
     """The SMIX64 word sum of ``t`` as a uint64 scalar tensor (no host transfer).
 
     uint64 multiplies and sums wrap modulo 2**64 and ``>>`` is logical on unsigned types, which is
     exactly the reference arithmetic of :func:`divergence.fingerprint.smix64_word_sum`.
     """
+    with own_ops():
+        return _word_sum(t)
+
+
+def _word_sum(t: tf.Tensor) -> tf.Tensor:
     x = _words(tf.stop_gradient(t))
     index = tf.range(tf.size(x, out_type=tf.int64), dtype=tf.int64)
     x = tf.bitwise.bitwise_xor(x, tf.cast(index, tf.uint64) + tf.constant(SMIX_SEED, tf.uint64))
@@ -77,31 +100,8 @@ def _mix(x: tf.Tensor, shift: int, multiplier: int) -> tf.Tensor:
 
 def word_sum_int64(t: tf.Tensor) -> tf.Tensor:
     """:func:`word_sum` reinterpreted as int64, the dtype the record table stores."""
-    return one_call(_word_sum_int64, t)
-
-
-def _word_sum_int64(t: tf.Tensor) -> tf.Tensor:
-    return tf.bitcast(word_sum(t), tf.int64)
-
-
-def one_call(fn: Callable[[tf.Tensor], tf.Tensor], t: tf.Tensor) -> tf.Tensor:
-    """``fn(t)`` as one function call op, traced once per dtype and rank: building the twenty
-    ops of a word sum for every probe of a traced step dominated the cost of recording it.
-    The call is also one op that an op-level recorder knows as its own, not twenty.
-
-    >>> t = tf.constant([1.0, -0.0])
-    >>> int(one_call(_word_sum_int64, t)) == int(_word_sum_int64(t))
-    True
-    """
-    if t.shape.rank is None:
-        return fn(t)
-    return _traced(fn, t.dtype, t.shape.rank)(t)
-
-
-@cache
-def _traced(fn: Callable[[tf.Tensor], tf.Tensor], dtype: tf.DType, rank: int) -> Any:
-    spec = tf.TensorSpec([None] * rank, dtype)
-    return tf.function(fn, input_signature=[spec], autograph=False)
+    with own_ops():
+        return tf.bitcast(_word_sum(t), tf.int64)
 
 
 def finish(total: int, dtype: str, shape: tuple[int, ...]) -> int:

@@ -34,7 +34,7 @@ from tensorflow.python.eager import backprop
 from tensorflow.python.framework import op_callbacks
 
 from divergence.frameworks.adapter import OpZoom
-from divergence.frameworks.tensorflow.fingerprint import readable
+from divergence.frameworks.tensorflow.fingerprint import in_own_ops, readable
 from divergence.frameworks.tensorflow.recorder import KerasRecorder
 from divergence.frameworks.tensorflow.records import EAGER, GRAPH
 from divergence.frameworks.tensorflow.table import ProbeSpec
@@ -135,7 +135,7 @@ class TfOpRecorder(OpZoom):
         op_name: str | None = None,
         graph: Any = None,
     ) -> None:
-        if self.paused:
+        if self.paused or in_own_ops():
             return None
         with self.pause():  # the probes below are ops too
             try:

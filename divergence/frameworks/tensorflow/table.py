@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
-from divergence.frameworks.tensorflow.fingerprint import one_call, word_sum_int64
+from divergence.frameworks.tensorflow.fingerprint import word_sum_int64
 from divergence.store.schema import MAX_DIMS, Kind, Phase
 
 CHUNK = 1024
@@ -60,14 +60,6 @@ def own_variable(initial: tf.Tensor | np.ndarray, shape: tf.TensorShape | None =
         )
 
 
-def _row(t: tf.Tensor) -> tf.Tensor:
-    """A fired row for ``t``: ``[word sum, 1, dims..., 0...]``."""
-    total = tf.reshape(word_sum_int64(t), [1])
-    shape = tf.shape(t, out_type=tf.int64)
-    pad = tf.zeros([MAX_DIMS - tf.size(shape, out_type=tf.int64)], tf.int64)
-    return tf.concat([total, tf.ones([1], tf.int64), shape, pad], axis=0)
-
-
 class ProbeTable:
     """Owns the table chunks and the row -> spec list (the trace-time order)."""
 
@@ -87,9 +79,12 @@ class ProbeTable:
     def probe(self, spec: ProbeSpec, t: tf.Tensor) -> None:
         """Add the graph ops that fingerprint ``t`` into a new row at every execution."""
         key = (id(tf.compat.v1.get_default_graph()), t.ref())  # cond/while bodies are graphs
-        values = self._cache.get(key)
-        if values is None:
-            values = self._cache[key] = one_call(_row, t)
+        total = self._cache.get(key)
+        if total is None:
+            total = self._cache[key] = tf.reshape(word_sum_int64(t), [1])
+        shape = tf.shape(t, out_type=tf.int64)
+        pad = tf.zeros([MAX_DIMS - spec.rank], tf.int64)
+        values = tf.concat([total, tf.ones([1], tf.int64), shape, pad], axis=0)
         table, row = self._allocate(spec)
         table.scatter_nd_update([[row]], [values])
         if spec.dump is not None:

@@ -14,7 +14,12 @@ import tensorflow as tf
 
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.frameworks.adapter import Instrumentation
-from divergence.frameworks.tensorflow.fingerprint import dtype_name, finish, word_sum_int64
+from divergence.frameworks.tensorflow.fingerprint import (
+    dtype_name,
+    finish,
+    own_ops,
+    word_sum_int64,
+)
 from divergence.frameworks.tensorflow.naming import LayerTree
 from divergence.frameworks.tensorflow.records import EAGER, Records
 from divergence.frameworks.tensorflow.values import Pending, read_variable, resolve_pending
@@ -98,6 +103,7 @@ class WrittenVariables:
                 if name in self.updated:
                     self.updated[name] = now.value
 
+    @own_ops()
     def _weight_prints(self, model: Any) -> dict[int, tuple[str, Fingerprint]]:
         """``id(variable) -> (name, fingerprint)`` of the model's named variables (one host
         copy for all: read at a fit's boundary only)."""
@@ -127,6 +133,7 @@ class WrittenVariables:
         that returned) is seen as its last ``fit()`` ended. One host copy for all."""
         self.recorder.write_at_exit(self._written_at_exit)
 
+    @own_ops()
     def _written_at_exit(self) -> Iterable[tuple[str, Fingerprint]]:
         names = list(self.updated)
         recorded = _resolved([self.updated[name] for name in names])
