@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
@@ -310,15 +311,15 @@ class ProcessComparison:
     resume: Resume | None = None  # one run resumed the other's training (compare/resume.py)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
     run_a: Path
     run_b: Path
-    environment: list[EnvDifference]
-    processes: list[ProcessComparison]
-    notes: list[str] = field(default_factory=list)
-    ranks: dict[str, list[str]] = field(default_factory=dict)  # role -> process keys
-    picture: list[str] = field(default_factory=list)  # the per-rank story, one line a role
+    environment: tuple[EnvDifference, ...]
+    processes: tuple[ProcessComparison, ...]
+    notes: tuple[str, ...] = ()
+    ranks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # role -> process keys
+    picture: tuple[str, ...] = ()  # the per-rank story, one line a role
 
     @property
     def first(self) -> Divergence | None:
