@@ -63,8 +63,8 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         first = length_divergence(key, a, b, n)
     propagation = None
     if first_value is not None or (first is not None and first.reason == Reason.STRUCTURE):
-        # Past a change of code path, or past the records both hold (what one run wrote as it
-        # ended), records are paired by what they are.
+        # Records are paired by what they are past a change of code path, and past the records
+        # both hold, where one run wrote more as it ended.
         past = structure_end < n or (first is not None and first.reason == Reason.STRUCTURE)
         paired = pair_by_identity(a, b, structure_end, mapping) if past else None
         propagation = _propagation(a, b, structure_end, value_differs, paired)

@@ -148,8 +148,8 @@ class Divergence:
     origin: bool | None = None
     origin_text: str = ""
     matched_inputs: tuple[str, ...] = ()
-    # the k-th of n records of this probe in its step as (k, n), for a module called n times
-    # (a cell in a loop, a siamese branch) or a gradient accumulated n times; else None
+    # the k-th of n records of this probe in its step as (k, n), for a module called n times,
+    # in a loop or as a siamese branch, or a gradient accumulated n times; else None
     occurrence: tuple[int, int] | None = None
     rng_evidence: tuple[str, ...] = ()  # generators that differed by then
     # generators whose states differed but which neither run drew from by then (unseeded, unused)
@@ -250,8 +250,8 @@ class Resume:
     # resumed run skipped, DDP bucket records of both runs
     unused_batches: int = 0
     first_buckets: int = 0
-    # the other run's parameters were the same after steps at_step - 1 .. alike_until - 1 (an
-    # update that changed nothing): the resume could be at any of them; the first is taken
+    # the other run's parameters were alike after steps at_step - 1 .. alike_until - 1, as an
+    # update that changes nothing leaves them: the resume could be at any; the first is taken
     alike_until: int = 0
 
     @property
