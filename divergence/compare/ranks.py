@@ -93,7 +93,7 @@ def compare_ranks(
 
 def _missed_steps(end: dict[str, Any]) -> bool:
     """Whether a recording that stopped early missed whole steps the program took after the
-    one it stopped in (runs of 0.10 and before do not say: assumed so). A failure while the
+    one it stopped in; a file that does not say is assumed to have. A failure while the
     last step's records were settled at exit missed none."""
     failed, taken = end.get("failure_step"), end.get("steps_taken")
     if not isinstance(failed, int) or not isinstance(taken, int):
@@ -143,35 +143,35 @@ def _compare_pair(
         refuse_different_programs(file_a, file_b, other_scripts)
     scripts = script_difference(file_a, file_b) if other_scripts else ""
     gathered.note(scripts)
-    # (with --other-scripts the scripts' names differ by request: their other arguments count)
+    # with --other-scripts the scripts' names differ by request: their other arguments count
     environment = environment_differences(
         *(_without_script(f.meta) if scripts else f.meta for f in (file_a, file_b))
     )
-    if scripts:  # (told by the other arguments; shown whole)
+    if scripts:  # argv, told by its other arguments, is shown whole
         environment = [
             EnvDifference(e.key, file_a.meta["argv"], file_b.meta["argv"]) if e.key == "argv" else e
             for e in environment
         ]
     known = {e.key for e in gathered.environment}
     gathered.environment.extend(e for e in environment if e.key not in known)
-    file_a, file_b, window = common_window(file_a, file_b)  # (--steps starting elsewhere)
+    file_a, file_b, window = common_window(file_a, file_b)  # --steps windows that start elsewhere
     gathered.note(window)
     resume = find_resume(file_a, file_b)
     unaligned = file_a, file_b
-    if resume is not None:  # (B continued A's training from a checkpoint: from there on)
+    if resume is not None:  # one run continued the other from a checkpoint: compared from there on
         file_a, file_b, resume = aligned(file_a, file_b, resume)
         gathered.note(resume.text)
     result = compare_files(key, file_a, file_b)
     first = result.first
     if resume is not None:
-        # (the views leave the resumed run's initial values out: what it started from)
+        # the views leave out the resumed run's initial values, what it started from
         first = started_otherwise(key, *unaligned, resume) or first
     if first is not None:
         collective = first.kind in (Kind.COLLECTIVE_IN, Kind.COLLECTIVE_OUT)
         if first.reason == Reason.VALUE and collective:
             first = explain_collective(first, file_a)
         first = caveat_unseen_state(first, file_a)
-        # (a value divergence has them)
+        # filled where missing: a value divergence has them already
         first = replace(first, facts=first.facts.filled(Facts(**run_facts(file_a.meta))))
         if resume is not None:
             first = first.with_facts(resume="continued")
@@ -181,9 +181,9 @@ def _compare_pair(
         for which, file in (("A", file_a), ("B", file_b))
         if (failure := (file.end or {}).get("failure")) and _missed_steps(file.end or {})
     )
-    # (the command's exit status is in every file: said once)
+    # the command's exit status is in every file: said once
     gathered.note(*failure_notes([(file_a, file_b)]))
-    # (the files go out of scope here: one pair in memory at a time)
+    # the files go out of scope here: one pair in memory at a time
     return replace(result, first=first, resume=resume, recording_stopped=stopped)
 
 

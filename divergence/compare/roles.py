@@ -133,13 +133,13 @@ def _message_role(p: ProcessComparison, firsts: dict[str, Divergence | None]) ->
         return None
     where = f"step {d.step}, {d.phase}: {d.label}"
     if d.facts.collective in ("any_source", "other_sender"):
-        return COMMUNICATION, where, d  # (from another sender: see origin_collective.py)
+        return COMMUNICATION, where, d  # from another sender: see origin_collective.py
     sender = _sender(d)
     if sender is None or sender not in firsts:
-        return None  # (a rank of another group, or not compared)
+        return None  # a rank of another group, or one not compared
     first = firsts[sender]
     if first is not None and (first.unreadable or first.reason == Reason.LENGTH):
-        return None  # (what it sent is not known, or its file ended)
+        return None  # what it sent is not known, or its file ended
     message = f"in the communication of `{d.location}`"
     if first is not None and first.sort_key == d.sort_key and _sender(first) == p.process:
         text = (
@@ -151,7 +151,7 @@ def _message_role(p: ProcessComparison, firsts: dict[str, Divergence | None]) ->
         origin = _origin_upstream(sender, firsts)
         via = sender if origin != sender else ""
         return _followed(d, [origin], "every record before it", via)
-    told = None if d.facts.unseen else True  # (see caveat_unseen_state)
+    told = None if d.facts.unseen else True  # see caveat_unseen_state
     text = f"{message}: what {sender} sent matched, the tensor received differs"
     return COMMUNICATION, where, replace(d, origin=told, origin_text=text)
 
@@ -243,7 +243,7 @@ def _role(
             "started. Fix: record the run again to read every rank",
         )
         return FIRST, where, d
-    d = replace(d, origin=None if d.facts.unseen else True)  # (see caveat_unseen_state)
+    d = replace(d, origin=None if d.facts.unseen else True)  # see caveat_unseen_state
     if d.facts.collective != "other_op" and not d.facts.unseen:
         d = replace(
             d,

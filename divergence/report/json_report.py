@@ -43,7 +43,7 @@ def divergence_json(d: Divergence) -> dict[str, Any]:
         "reason": d.reason.value,
         "origin": d.origin,
         "origin_text": d.origin_text,
-        "unreadable": d.unreadable,  # (a damaged file: where it parts is unknown)
+        "unreadable": d.unreadable,  # a damaged file: where it parts is unknown
         "matched_inputs": list(d.matched_inputs),
         "occurrence": list(d.occurrence) if d.occurrence else None,
         "rng_evidence": list(d.rng_evidence),
