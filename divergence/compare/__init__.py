@@ -30,7 +30,7 @@ def compare_runs(
     """Pair the runs' processes (by rank; a single-process run is one pair) and compare them one
     pair at a time; ``ranks``: only these ranks; ``other_scripts``: compare runs of scripts with
     other names too (a fixed copy)."""
-    # imported here: reading the package's model (as report/ does) loads no engine
+    # imported here so that reading the package's model, as report/ does, loads no engine
     from divergence.compare.ranks import compare_ranks
 
     return compare_ranks(path_a, path_b, ranks, other_scripts)

@@ -77,7 +77,7 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> Diverg
     return replace(d, cause=cause.cause, cause_text=text)
 
 
-# (not OPENBLAS_NUM_THREADS: torch's own count does not show OpenBLAS's, which numpy uses)
+# OPENBLAS_NUM_THREADS is left out: numpy uses OpenBLAS, and torch's own count does not show it
 THREAD_VARIABLES = ("env.OMP_NUM_THREADS", "env.MKL_NUM_THREADS")
 
 

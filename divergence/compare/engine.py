@@ -37,8 +37,8 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
     value_differs = result.value_differs
     rng_differs = value_differs & rng_rows
     value_differs &= ~rng_rows
-    # Settings (an optimizer's foreach=, a layer's arguments) that differ while every tensor
-    # matched changed no bits: said in a note, as a differing DataLoader setting is.
+    # Settings that differ while every tensor matched, such as an optimizer's foreach=, changed
+    # no bits: a note says so, as for a differing DataLoader setting.
     first_value = int(np.argmax(value_differs)) if value_differs.any() else None
     settings: list[str] = []
     if first_value is not None and a.kinds[first_value] == Kind.HYPERPARAM:
@@ -63,8 +63,8 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         first = length_divergence(key, a, b, n)
     propagation = None
     if first_value is not None or (first is not None and first.reason == Reason.STRUCTURE):
-        # (past a change of code path, the records are paired by what they are)
-        # (and past the records both hold, what only one run wrote as it ended)
+        # Records are paired by what they are past a change of code path, and past the records
+        # both hold, where one run wrote more as it ended.
         past = structure_end < n or (first is not None and first.reason == Reason.STRUCTURE)
         paired = pair_by_identity(a, b, structure_end, mapping) if past else None
         propagation = _propagation(a, b, structure_end, value_differs, paired)
@@ -145,7 +145,7 @@ def _final_prints(
     buffers' last records."""
     records, strings = run.records, run.strings
     rows = np.flatnonzero(run.kinds == kind)
-    last_row = np.full(len(strings), -1, dtype=np.int64)  # by name id (no sort: 6x cheaper)
+    last_row = np.full(len(strings), -1, dtype=np.int64)  # by name id: 6x cheaper than a sort
     np.maximum.at(last_row, records["name"][rows], rows)
     last = records[last_row[last_row >= 0]]
     last = last[(last["status"] == Status.OK) & (last["phase"] != Phase.INIT)]

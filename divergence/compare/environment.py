@@ -35,7 +35,7 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDif
     """Differences in versions, threads, determinism switches, env vars, arguments and seeds."""
     fa, fb = flatten(a), flatten(b)
     keys = sorted(k for k in (set(fa) | set(fb)) - IGNORED if _compared(k))
-    if fa.get("diverge_version") != fb.get("diverge_version"):  # (that difference is listed)
+    if fa.get("diverge_version") != fb.get("diverge_version"):  # that difference itself is listed
         keys = [k for k in keys if not _newer_setting(k, fa, fb)]
     pairs = ((k, _normal(fa.get(k), k), _normal(fb.get(k), k)) for k in keys)
     differences = [EnvDifference(k, a, b) for k, a, b in pairs if a != b and _known(k, a, b)]
@@ -65,9 +65,9 @@ CALL_LISTS = ("seeds", "rng_restores", "sampler_epochs", "thread_calls")
 
 
 def _newer_setting(key: str, fa: dict[str, Any], fb: dict[str, Any]) -> bool:
-    """A setting only one run has, between runs of different recorder versions: one the older
-    recorder did not record yet (DataLoader settings before 0.9.0), no difference. An
-    environment variable set in one run only stays one.
+    """A setting only one run has, between runs of different recorder versions, is one the
+    older recorder did not record: no difference. An environment variable set in one run only
+    stays one.
 
     >>> _newer_setting("dataloaders.0.batch_size", {}, {"dataloaders.0.batch_size": 64})
     True
@@ -79,7 +79,7 @@ def _newer_setting(key: str, fa: dict[str, Any], fb: dict[str, Any]) -> bool:
 
 def _known(key: str, a: Any, b: Any) -> bool:
     """Whether both runs recorded a value worth comparing: a script digest only when both
-    have one (none for ``python -c``, nor in runs recorded before 0.8.0).
+    have one: ``python -c`` and older recorders write none.
 
     >>> _known("script_digest", "", "1f2e3d4c5b6a7980"), _known("argv", None, ["x.py"])
     (False, True)
@@ -143,7 +143,7 @@ def _seed_call(call: Any) -> str:
         return f"{call.get('call')}(a state {call.get('state') or 'not read'}){step}"
     if call.get("entropy") and call.get("state"):  # a seed the OS gave: the state it left
         return f"{call.get('call')}() from OS entropy (state {call['state']}){step}"
-    if call.get("entropy"):  # (the seed it drew)
+    if call.get("entropy"):  # a seed the OS gave, without the state it left
         return f"{call.get('call')}() drew {call.get('seed')} from OS entropy{step}"
     return f"{call.get('call')}({call.get('seed')}){step}"
 

@@ -21,7 +21,7 @@ def layout(divergence: Divergence) -> str:
 
 
 LOADER_SEED = "DataLoader epoch base seed"  # its seeds call (frameworks/torch/data.py)
-TF_SEED_CALLS = {"tf.random.set_seed", "keras.utils.set_random_seed"}  # (TF's global seed)
+TF_SEED_CALLS = {"tf.random.set_seed", "keras.utils.set_random_seed"}  # set TF's global seed
 
 
 def run_facts(meta: dict[str, object]) -> dict[str, str]:
@@ -36,14 +36,14 @@ def run_facts(meta: dict[str, object]) -> dict[str, str]:
         "str_hash": "random" if hash_seed in ("", "random") else "fixed",
     }
     calls = _seed_calls(meta)
-    if facts["framework"] == "tensorflow":  # (keras.utils.set_random_seed calls it too)
+    if facts["framework"] == "tensorflow":  # keras.utils.set_random_seed calls set_seed
         seeded = bool(TF_SEED_CALLS & set(calls)) or meta.get("tf_global_seed") is not None
         facts["global_seed"] = "set" if seeded else "unset"
     config = meta.get("record_config")
     filtered = isinstance(config, dict) and bool(config.get("include") or config.get("exclude"))
-    # (a hunt's zoom chose its globs from a divergence: no caveat)
+    # a hunt's zoom chose its globs from a divergence: no caveat
     if filtered and isinstance(config, dict) and not config.get("zoom"):
-        facts["filters"] = "globs"  # (compare refuses runs recorded with other globs)
+        facts["filters"] = "globs"  # compare refuses runs recorded with other globs
     return facts
 
 
@@ -92,7 +92,7 @@ def note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarr
     if not outputs.size or (records["status"][outputs] != Status.OK).any():
         return divergence
     readers: set[int] = set()
-    for row in outputs:  # (the gradient sums what the readers of every call passed back)
+    for row in outputs:  # the gradient sums what the readers of every call passed back
         later = records[same_step[same_step > row]]
         read = (later["kind"] == Kind.INPUT) & (later["status"] == Status.OK)
         readers.update(int(i) for i in later["name"][read & (later["fp"] == records["fp"][row])])
@@ -108,7 +108,7 @@ def note_reading_layer(divergence: Divergence, run: RunFile, same_step: np.ndarr
 
 def _layer_classes(run: RunFile) -> dict[int, str]:
     """Name id -> the layer each of torch's own modules is, read from the note of its ``init``
-    settings record (0.18.0 on; see ``layer_label``)."""
+    settings record, where it names one (see ``layer_label``)."""
     records = run.records
     rows = np.flatnonzero((records["kind"] == Kind.HYPERPARAM) & (records["phase"] == Phase.INIT))
     classes: dict[int, str] = {}

@@ -114,7 +114,7 @@ class Cause:
     modes: tuple[str, ...] = ()  # "differ": a model in eval mode in one run, training in the other
     resumes: tuple[str, ...] = ()  # "continued": one run resumed the other from a checkpoint
     ends: tuple[str, ...] = ()  # "cleanly": the shorter run of a length divergence exited 0
-    # (hints) "environment": the reported cause names differing settings as its evidence
+    # [[hint]] only, "environment": the reported cause names differing settings as evidence
     explained: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()  # "at_exit": weights written after the last optimizer step
     collectives: tuple[str, ...] = ()  # "other_op": a collective reduced with another op

@@ -28,7 +28,7 @@ def ended_inside_step(key: str, a: RunFile, b: RunFile, row: int) -> Divergence 
         elif (
             row == records.size - 1
             and other.steps_complete > file.steps_complete
-            and at.phase in NEW_PASS_PHASES  # (not more records of the same pass)
+            and at.phase in NEW_PASS_PHASES  # a new pass, not more records of the same one
         ):
             step = int(records["step"][row])
             closed = "" if file.complete else " (the process was not closed: killed or crashed)"
@@ -119,9 +119,9 @@ def length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     if a.records.size == b.records.size:  # same records, but one process did not close its file
         shorter, which = (a, "A") if not a.complete else (b, "B")
     last = probe_at(shorter, n - 1) if n else None
-    # (with nothing in common, where the longer run starts: a resumed run's first step)
+    # with nothing in common, where the longer run starts: a resumed run's first step
     step = last.step + 1 if last else int(longer.records["step"][0]) if longer.records.size else 0
-    common = n - int(np.searchsorted(shorter.step_ends, n))  # (step-end markers are no records)
+    common = n - int(np.searchsorted(shorter.step_ends, n))  # step-end markers are not records
     config = shorter.meta.get("record_config")
     window = config.get("steps", "") if isinstance(config, dict) else ""
     stopped = isinstance(window, str) and ":" in window and not window.endswith(":")
@@ -130,9 +130,9 @@ def length_divergence(key: str, a: RunFile, b: RunFile, n: int) -> Divergence:
     goes_on = f"has {longer.steps_complete}"
     inside = longer.ended_inside_step
     if inside is not None and longer.steps.size and inside == int(longer.steps[-1]):
-        # (its last step is the one an exception ended: written, not complete)
+        # its last step is the one an exception ended: written, not complete
         goes_on = f"has {longer.steps_complete - 1} and ended inside step {inside}"
-    # (lined up across a resume, or read from a later --steps start: step numbers, not counts)
+    # step numbers, not counts: lined up across a resume, or read from a later --steps start
     if (shorter.source_rows is not None or longer.source_rows is not None) and longer.steps.size:
         ends = (
             f"ends before step {step}" if not shorter.steps.size else f"ends after step {step - 1}"

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
@@ -56,7 +57,7 @@ class Probe:
         """
         key = note_parts(self.note)[0]
         what = f"{self.kind.label.replace('_', ' ')}{f' {self.slot}' if self.slot else ''}"
-        named = self.name and self.name != self.kind.label  # (not "loss of loss")
+        named = self.name and self.name != self.kind.label  # no "loss of loss"
         return f"{what}{f' ({key})' if key else ''}{f' of {self.name}' if named else ''}"
 
     def to_json(self) -> dict[str, Any]:
@@ -148,8 +149,8 @@ class Divergence:
     origin: bool | None = None
     origin_text: str = ""
     matched_inputs: tuple[str, ...] = ()
-    # (k, n): the k-th of n records of this probe in its step (a module called n times: a
-    # recurrent cell in a loop, a siamese branch; a gradient accumulated n times); else None
+    # the k-th of n records of this probe in its step as (k, n), for a module called n times,
+    # in a loop or as a siamese branch, or a gradient accumulated n times; else None
     occurrence: tuple[int, int] | None = None
     rng_evidence: tuple[str, ...] = ()  # generators that differed by then
     # generators whose states differed but which neither run drew from by then (unseeded, unused)
@@ -161,8 +162,8 @@ class Divergence:
     evidence: tuple[Evidence, ...] = ()  # why the cause class was chosen
     # a process whose file in one run cannot be read: where it parts is unknown (not step 0)
     unreadable: bool = False
-    # an op output: which call of the op in its step ``diverge replay --call`` takes for it
-    # (replay counts every call of the name in the step, forward and backward, from 0)
+    # an op output's call as ``diverge replay --call`` counts it: every call of the name in
+    # the step, forward and backward, from 0
     replay_call: int | None = None
 
     def with_facts(self, **facts: str) -> Divergence:
@@ -207,10 +208,10 @@ class Propagation:
     final_params_total: int
     final_step: int
     last_difference_step: int = 0
-    aligned_until_step: int | None = None  # records line up to there (then a structure),
+    aligned_until_step: int | None = None  # records line up to there, where the structure parts,
     # and are paired by what they are after it: ``unpaired_records`` are in one run only
     compared_until_step: int | None = None  # the last step both runs recorded (None: all)
-    loss_recorded: bool = True  # (a loss record in the records compared)
+    loss_recorded: bool = True  # a loss record is among the records compared
     # buffers (running statistics, a Keras layer's non-trainable variables), compared as the
     # parameters are: each one's last record
     final_buffers_differing: int = 0
@@ -246,12 +247,12 @@ class Resume:
     run: str
     at_step: int
     parameters: int
-    # left out of the first step compared (compare/resume.py aligned): loader batches the
+    # left out of the first step compared by compare/resume.py aligned: loader batches the
     # resumed run skipped, DDP bucket records of both runs
     unused_batches: int = 0
     first_buckets: int = 0
-    # the other run's parameters were the same after steps at_step - 1 .. alike_until - 1 (an
-    # update that changed nothing): the resume could be at any of them; the first is taken
+    # the other run's parameters were alike after steps at_step - 1 .. alike_until - 1, as an
+    # update that changes nothing leaves them: the resume could be at any; the first is taken
     alike_until: int = 0
 
     @property
@@ -310,28 +311,26 @@ class ProcessComparison:
     resume: Resume | None = None  # one run resumed the other's training (compare/resume.py)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
     run_a: Path
     run_b: Path
-    environment: list[EnvDifference]
-    processes: list[ProcessComparison]
-    notes: list[str] = field(default_factory=list)
-    ranks: dict[str, list[str]] = field(default_factory=dict)  # role -> process keys
-    picture: list[str] = field(default_factory=list)  # the per-rank story, one line a role
+    environment: tuple[EnvDifference, ...]
+    processes: tuple[ProcessComparison, ...]
+    notes: tuple[str, ...] = ()
+    ranks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # role -> process keys
+    picture: tuple[str, ...] = ()  # the per-rank story, one line a role
 
     @property
     def first(self) -> Divergence | None:
-        # (at one step and phase, a rank that followed another (its first difference is what
-        # a collective received) comes after the one it followed, and a process that was
-        # killed first: the others' failures, a collective whose peer vanished, follow from
-        # it; a damaged file, whose step is unknown, comes after every divergence the
-        # readable files show)
+        """The earliest divergence of any process. At one step and phase, a rank that followed
+        another comes after it, and a killed process first, as the others' failures follow
+        from it; a damaged file, whose step is unknown, comes after every readable one."""
         found = [
             (
                 p.first.unreadable,
                 p.first.sort_key,
-                p.role == "followed",  # (compare/roles.py FOLLOWED)
+                p.role == "followed",  # compare/roles.py FOLLOWED
                 p.complete_a and p.complete_b,
                 i,
                 p.first,

@@ -65,7 +65,7 @@ def completeness_notes(processes: list[ProcessComparison]) -> list[str]:
                 "broadcast of rank 0's weights, a checkpoint loaded)"
             )
         if p.first is not None and p.first.unreadable:
-            continue  # (its own note says why: not a killed process)
+            continue  # its own note says why; it is not a killed process
         for which, complete, steps in (
             ("A", p.complete_a, p.steps_a),
             ("B", p.complete_b, p.steps_b),

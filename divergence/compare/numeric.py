@@ -139,7 +139,7 @@ _EXPLANATIONS: Final[dict[str, str]] = {
     "non-float difference": "integer or boolean values differ",
 }
 
-# (label, low, high) inclusive bounds; high None means unbounded.
+# Buckets as (label, low, high), bounds inclusive; a high of None means unbounded.
 _ULP_BUCKETS: Final[tuple[tuple[str, int, int | None], ...]] = (
     ("1", 1, 1),
     ("2-3", 2, 3),

@@ -54,7 +54,7 @@ def explain_origin(
     previous = describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
     facts = replace(divergence.facts, **run_facts(run.meta), layout=layout(divergence))
     if facts.framework == "torch" and records["algo"][row] == Algorithm.XXH3_64:
-        facts = replace(facts, device="cpu")  # (hashed on the host: a CPU tensor, on a GPU host)
+        facts = replace(facts, device="cpu")  # hashed on the host: a CPU tensor, even on a GPU host
     if divergence.phase == Phase.INIT:
         facts = replace(facts, seen="late" if step > int(records["step"][0]) else "start")
     if _recomputes(run, np.append(same_step, row)):
@@ -154,7 +154,7 @@ def _explain_kind(
         )
         return note_layer(d, run, module)
     if kind == Kind.PARAM and d.phase in WRITE_PHASES:
-        if run.meta.get("framework") == "tensorflow":  # (recorded as a later fit() starts)
+        if run.meta.get("framework") == "tensorflow":  # recorded as a later fit() starts
             text = (
                 f"in step {step}, as a fit(), evaluate() or predict() started: code after the "
                 f"last fit() wrote {code(name)} (load_weights(), set_weights(), assign(), or a "
@@ -207,7 +207,7 @@ def _explain_outside(d: Divergence, run: RunFile, kind: Kind, same_step: np.ndar
     late, initial = d.facts.seen == "late", d.phase == Phase.INIT
     d = replace(d, origin_text=_origin_outside(kind, name, d.step, late, initial))
     if loss_scale(kind, name):
-        d = replace(d, origin=True)  # (an input of the step, as a GradScaler's state is)
+        d = replace(d, origin=True)  # an input of the step, as a GradScaler's state is
     earlier = _models_before(run, same_step, name) if kind == Kind.BATCH else []
     if earlier and name not in LOSS_INPUTS:
         text = (
@@ -251,7 +251,7 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> D
     """A model called in this step (before ``row``) in eval mode in one run and training in
     the other: a missing ``model.train()`` after an evaluation. Its batch's bits match, so the
     first difference is further on (a BatchNorm's output), where the mode is the cause."""
-    if divergence.facts.batch:  # (the batch itself: said by its own explanation)
+    if divergence.facts.batch:  # a batch that differs has its own explanation
         return divergence
     records = a.records
     start = step_bounds(records, row)[0]

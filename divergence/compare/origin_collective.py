@@ -29,7 +29,7 @@ def explain_collective(divergence: Divergence, run: RunFile) -> Divergence:
             what = f"the tensor it sent through {name} differs"
         text = f"on this rank before communication: {what}"
         return replace(divergence, origin=True, origin_text=text)
-    if direction == RECEIVE:  # (a receive has no input on this rank)
+    if direction == RECEIVE:  # a receive has no input on this rank
         return _explain_message(divergence)
     records = run.records
     row = divergence.a.row if divergence.a is not None else 0

@@ -96,7 +96,7 @@ def explain_input(
         f"{code(caller)}'s own forward code" if caller else "the training code, outside any module"
     )
     call = ""
-    if divergence.occurrence is not None:  # (a module called again: which call is which)
+    if divergence.occurrence is not None:  # a module called again: say which call it is
         k = divergence.occurrence[0]
         call = f" (call {k})"
         if before.size and records["name"][before[-1]] == records["name"][row] and k > 1:

@@ -39,7 +39,7 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> Divergence:
                 "ops inside a compiled region are not observed"
             )
             return replace(divergence, origin_text=text)
-        divergence = divergence.with_facts(input="unmade")  # (no recorded op made it)
+        divergence = divergence.with_facts(input="unmade")  # no recorded op made it
         unseen = (
             "a constant or a value made outside TensorFlow ops, e.g. a Python number"
             if run.meta.get("framework") == "tensorflow"

@@ -74,21 +74,21 @@ def explain_edited_gradient(
             "backward left matched"
         )
     elif divergence.a is not None and divergence.a.note == IMPORTED_GRADIENT:
-        origin = None  # (the tape ran in another tf.function or eager code)
+        origin = None  # the tape ran in another tf.function or eager code
         text = (
             f"in the backward, or between tape.gradient() and apply_gradients(): {name}'s "
             "gradient came from a tape.gradient() in another tf.function or in eager code, "
             "whose own gradient was not recorded"
         )
     elif divergence.a is not None and divergence.a.note == EDITED_AFTER_TAPE:
-        origin = None  # (the tape's gradient was not recorded)
+        origin = None  # the tape's gradient was not recorded
         text = (
             f"between tape.gradient() and apply_gradients(), or in the backward: code changed "
             f"{name}'s gradient after the tape returned it (tf.clip_by_global_norm, loss "
             "scaling, gradient noise); the gradient the tape returned was not recorded"
         )
     elif has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT, BARE_TENSOR):
-        origin = None  # (the backward's gradient of it was not seen)
+        origin = None  # the backward's gradient of it was not seen
         text = (
             f"in the backward or after it: {name} is a tensor no module holds, first seen at "
             "this optimizer step, so the gradient the backward left was not recorded"
@@ -103,13 +103,13 @@ def explain_edited_gradient(
 
 def explain_hyperparameter(divergence: Divergence) -> Divergence:
     """A param group's or a module's settings: the records' notes hold them as text."""
-    if divergence.location.endswith(".compile"):  # (Keras' compile() arguments)
+    if divergence.location.endswith(".compile"):  # Keras' compile() arguments
         text = (
             f"in the arguments of {code(divergence.location.removesuffix('.compile'))}'s "
             f"compile(): {settings_difference(divergence)}"
         )
         return replace(divergence, origin=True, origin_text=text)
-    if divergence.phase == Phase.INIT:  # (a module's constructor arguments)
+    if divergence.phase == Phase.INIT:  # a module's constructor arguments
         what = "layer" if divergence.facts.framework == "tensorflow" else "module"
         text = (
             f"in the settings of {what} {code(divergence.location)}: "
@@ -117,7 +117,7 @@ def explain_hyperparameter(divergence: Divergence) -> Divergence:
         )
         return replace(divergence, origin=True, origin_text=text)
     setter = (
-        # (a GradScaler's state after scale(): its constructor's settings, or its own update)
+        # a GradScaler's state after scale(): its constructor's settings, or its own update
         "set by its constructor (init_scale, growth_factor, backoff_factor, growth_interval), "
         "a checkpoint it loaded, or its own update after the steps before"
         if divergence.location.split("#")[0] == "GradScaler"
@@ -134,7 +134,7 @@ def settings_difference(divergence: Divergence) -> str:
     """``lr 0.1 in run A, 0.2 in run B`` for the first settings that differ (three at most)."""
     a, b = divergence.a, divergence.b
     differing = differing_settings(a.note, b.note) if a and b else []
-    if not differing:  # (the same text hashed otherwise: another recorder version's rule)
+    if not differing:  # the same text hashed otherwise: another recorder version's rule
         return "their texts are equal: the recorders hashed them differently (diverge_version)"
     shown = [f"{key} {value_a} in run A, {value_b} in run B" for key, value_a, value_b in differing]
     more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""

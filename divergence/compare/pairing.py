@@ -68,7 +68,7 @@ def _identities(records: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.
         | (records["kind"].astype(np.uint64) << np.uint64(16))
         | records["slot"].astype(np.uint64)
     )
-    order = np.lexsort((second, first))  # (stable: a group keeps its execution order)
+    order = np.lexsort((second, first))  # stable: a group keeps its execution order
     sorted_first, sorted_second = first[order], second[order]
     starts = np.ones(order.size, dtype=bool)
     starts[1:] = (sorted_first[1:] != sorted_first[:-1]) | (sorted_second[1:] != sorted_second[:-1])

@@ -75,7 +75,7 @@ def pair_ranks(run_a: Run, run_b: Run, ranks: Sequence[int] | None) -> list[Pair
             if size is None or not _has_ranks(run):
                 continue
             outside = sorted(r for r in ranks if r >= size)
-            if outside:  # (not a file missing: no such rank ran)
+            if outside:  # no such rank ran; no file is missing
                 raise UsageError(
                     f"rank{outside[0]} is outside {run.path}'s world size {size}",
                     hint=f"pick ranks below {size}: --ranks 0-{size - 1}",
@@ -107,7 +107,7 @@ def _different_sizes(
     """The refusal of runs launched with other numbers of ranks (or one without ranks)."""
     unranked = [len(r.processes) for r in (run_a, run_b) if not _has_ranks(r)]
     hint = "compare runs with the same number of ranks, or pick ranks with --ranks 0,1"
-    if unranked:  # (what _by_rank accepts)
+    if unranked:  # the hint offers what _by_rank accepts
         hint = (
             "compare the single process with rank 0: --ranks 0"
             if unranked == [1]

@@ -11,7 +11,7 @@ not grow with the number of ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,24 +56,35 @@ def compare_ranks(
     """Compare two runs process by process (``ranks``: only these ranks; ``other_scripts``:
     also runs of scripts with other names)."""
     run_a, run_b = Run.open(path_a), Run.open(path_b)
-    comparison = Comparison(run_a.path, run_b.path, [], [])
+    gathered = _Gathered()
     pairs = pair_ranks(run_a, run_b, ranks)
     tolerant = len(pairs) > 1 or ranks is not None  # one bad rank must not hide the others
+    processes: list[ProcessComparison] = []
     for key, process_a, process_b in pairs:
-        pair = _compare_pair(comparison, key, process_a, process_b, tolerant, other_scripts)
-        comparison.processes.append(pair)
-    comparison.notes[:0] = completeness_notes(comparison.processes)
-    comparison.notes[:0] = [
+        first_pair = not processes
+        pair = _compare_pair(
+            gathered, key, process_a, process_b, tolerant, other_scripts, first_pair
+        )
+        processes.append(pair)
+    same = ["runs A and B are the same files: compared with themselves"]
+    restarted = [
         f"run {which}: torchrun restarted the job; the last attempt is compared, not the "
         f"{counted(len(run.earlier_attempts), 'file')} of the earlier ones "
         f"({', '.join(f.name for f in run.earlier_attempts[:4])})"
         for run, which in ((run_a, "A"), (run_b, "B"))
         if run.earlier_attempts
     ]
-    if _same_files(run_a, run_b):
-        comparison.notes.insert(0, "runs A and B are the same files: compared with themselves")
+    notes = (
+        *(same if _same_files(run_a, run_b) else []),
+        *restarted,
+        *completeness_notes(processes),
+        *gathered.notes,
+    )
+    comparison = Comparison(
+        run_a.path, run_b.path, tuple(gathered.environment), tuple(processes), notes
+    )
     if len(comparison.processes) > 1:
-        place_ranks(comparison)
+        comparison = place_ranks(comparison)
     refuse_only_damaged(comparison)
     if comparison.identical:
         refuse_partly_recorded(comparison)
@@ -82,7 +93,7 @@ def compare_ranks(
 
 def _missed_steps(end: dict[str, Any]) -> bool:
     """Whether a recording that stopped early missed whole steps the program took after the
-    one it stopped in (runs of 0.10 and before do not say: assumed so). A failure while the
+    one it stopped in; a file that does not say is assumed to have. A failure while the
     last step's records were settled at exit missed none."""
     failed, taken = end.get("failure_step"), end.get("steps_taken")
     if not isinstance(failed, int) or not isinstance(taken, int):
@@ -104,54 +115,63 @@ def _without_script(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "argv": ["", *argv[1:]]} if isinstance(argv, list) and argv else meta
 
 
+@dataclass
+class _Gathered:
+    """What the pairs' comparisons add to the whole one, each said once, in order."""
+
+    notes: list[str] = field(default_factory=list)
+    environment: list[EnvDifference] = field(default_factory=list)
+
+    def note(self, *notes: str) -> None:
+        self.notes.extend(n for n in dict.fromkeys(notes) if n and n not in self.notes)
+
+
 def _compare_pair(
-    comparison: Comparison,
+    gathered: _Gathered,
     key: str,
     process_a: Process | None,
     process_b: Process | None,
     tolerant: bool,
-    other_scripts: bool = False,
+    other_scripts: bool,
+    first_pair: bool,
 ) -> ProcessComparison:
-    file_a, damage_a = _load(comparison, key, "A", process_a, tolerant)
-    file_b, damage_b = _load(comparison, key, "B", process_b, tolerant)
+    file_a, damage_a = _load(gathered, key, "A", process_a, tolerant)
+    file_b, damage_b = _load(gathered, key, "B", process_b, tolerant)
     if file_a is None or file_b is None:
         return _unpaired(key, process_a, process_b, file_a, file_b, (damage_a, damage_b))
-    if not comparison.processes:
+    if first_pair:
         refuse_different_programs(file_a, file_b, other_scripts)
     scripts = script_difference(file_a, file_b) if other_scripts else ""
-    if scripts and scripts not in comparison.notes:
-        comparison.notes.append(scripts)
-    # (with --other-scripts the scripts' names differ by request: their other arguments count)
+    gathered.note(scripts)
+    # with --other-scripts the scripts' names differ by request: their other arguments count
     environment = environment_differences(
         *(_without_script(f.meta) if scripts else f.meta for f in (file_a, file_b))
     )
-    if scripts:  # (told by the other arguments; shown whole)
+    if scripts:  # argv, told by its other arguments, is shown whole
         environment = [
             EnvDifference(e.key, file_a.meta["argv"], file_b.meta["argv"]) if e.key == "argv" else e
             for e in environment
         ]
-    known = {e.key for e in comparison.environment}
-    comparison.environment.extend(e for e in environment if e.key not in known)
-    file_a, file_b, window = common_window(file_a, file_b)  # (--steps starting elsewhere)
-    if window and window not in comparison.notes:
-        comparison.notes.append(window)
+    known = {e.key for e in gathered.environment}
+    gathered.environment.extend(e for e in environment if e.key not in known)
+    file_a, file_b, window = common_window(file_a, file_b)  # --steps windows that start elsewhere
+    gathered.note(window)
     resume = find_resume(file_a, file_b)
     unaligned = file_a, file_b
-    if resume is not None:  # (B continued A's training from a checkpoint: from there on)
+    if resume is not None:  # one run continued the other from a checkpoint: compared from there on
         file_a, file_b, resume = aligned(file_a, file_b, resume)
-        if resume.text not in comparison.notes:
-            comparison.notes.append(resume.text)
+        gathered.note(resume.text)
     result = compare_files(key, file_a, file_b)
     first = result.first
     if resume is not None:
-        # (the views leave the resumed run's initial values out: what it started from)
+        # the views leave out the resumed run's initial values, what it started from
         first = started_otherwise(key, *unaligned, resume) or first
     if first is not None:
         collective = first.kind in (Kind.COLLECTIVE_IN, Kind.COLLECTIVE_OUT)
         if first.reason == Reason.VALUE and collective:
             first = explain_collective(first, file_a)
         first = caveat_unseen_state(first, file_a)
-        # (a value divergence has them)
+        # filled where missing: a value divergence has them already
         first = replace(first, facts=first.facts.filled(Facts(**run_facts(file_a.meta))))
         if resume is not None:
             first = first.with_facts(resume="continued")
@@ -161,16 +181,14 @@ def _compare_pair(
         for which, file in (("A", file_a), ("B", file_b))
         if (failure := (file.end or {}).get("failure")) and _missed_steps(file.end or {})
     )
-    # (the command's exit status is in every file: said once)
-    comparison.notes.extend(
-        n for n in failure_notes([(file_a, file_b)]) if n not in comparison.notes
-    )
-    # (the files go out of scope here: one pair in memory at a time)
+    # the command's exit status is in every file: said once
+    gathered.note(*failure_notes([(file_a, file_b)]))
+    # the files go out of scope here: one pair in memory at a time
     return replace(result, first=first, resume=resume, recording_stopped=stopped)
 
 
 def _load(
-    comparison: Comparison, key: str, which: str, process: Process | None, tolerant: bool
+    gathered: _Gathered, key: str, which: str, process: Process | None, tolerant: bool
 ) -> tuple[RunFile | None, str]:
     """The rank's file, or None and why it could not be read ("" for no file)."""
     if process is None:
@@ -180,7 +198,7 @@ def _load(
     except CorruptRunError as exc:
         if not tolerant:
             raise
-        comparison.notes.append(f"run {which} {key}: {exc.message}")
+        gathered.notes.append(f"run {which} {key}: {exc.message}")
         return None, exc.message
 
 

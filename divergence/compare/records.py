@@ -47,7 +47,7 @@ def occurrence(run: RunFile, row: int) -> tuple[int, int] | None:
     lo, hi = step_bounds(records, row)
     block, r = records[lo:hi], records[row]
     same = block["name"] == r["name"]
-    for field in ("kind", "slot", "phase"):  # (a parameter's init and update are two probes)
+    for field in ("kind", "slot", "phase"):  # a parameter's init and update are two probes
         same &= block[field] == r[field]
     count = int(np.count_nonzero(same))
     return (int(np.count_nonzero(same[: row - lo + 1])), count) if count > 1 else None

@@ -37,8 +37,8 @@ def refuse_different_programs(a: RunFile, b: RunFile, other_scripts: bool = Fals
         )
 
 
-# (--steps is not among them: runs whose windows start at other steps are compared over the
-# steps both hold, see windows.py)
+# Not --steps: runs whose windows start at other steps are compared over the steps both
+# hold (windows.py).
 SELECTING_OPTIONS = ("include", "exclude", "granularity")
 
 
@@ -52,7 +52,7 @@ def recording_differences(meta_a: dict[str, object], meta_b: dict[str, object]) 
     """
     config_a, config_b = meta_a.get("record_config"), meta_b.get("record_config")
     if not isinstance(config_a, dict) or not isinstance(config_b, dict):
-        return ""  # (a damaged metadata: the record comparison shows the rest)
+        return ""  # damaged metadata: the record comparison shows the rest
     differing = []
     for option in SELECTING_OPTIONS:
         value_a, value_b = config_a.get(option), config_b.get(option)
@@ -92,7 +92,7 @@ def script_difference(a: RunFile, b: RunFile) -> str:
 
 def _script(meta: dict[str, object]) -> str:
     argv = meta.get("argv") or [""]
-    if not isinstance(argv, list) or not argv:  # (damaged metadata: no script to name)
+    if not isinstance(argv, list) or not argv:  # damaged metadata: no script to name
         return ""
     return Path(str(argv[0])).name
 

@@ -37,8 +37,7 @@ def find_resume(a: RunFile, b: RunFile) -> Resume | None:
 
 
 # what a resume changes by nature: its command line, the generator states it restores, and
-# the seed (and set_epoch) calls' steps (the original's before the resume, the resumed run's in
-# its own numbers)
+# the steps of its seed and set_epoch calls, which each run numbers its own way
 RESUME_DIFFERENCES = frozenset({"argv", "rng_restores", "seeds", "sampler_epochs"})
 LOADER = "dataloader"  # the batch records of a torch DataLoader (frameworks/torch/data.py)
 
@@ -169,7 +168,7 @@ def started_otherwise(key: str, a: RunFile, b: RunFile, resume: Resume) -> Diver
         o = original.records[other]
         if (o["fp"], o["dtype"], o["shape"]) == (r["fp"], mapping[r["dtype"]], mapping[r["shape"]]):
             continue
-        start = replace(probe_at(resumed, int(row)), step=resume.at_step)  # (lined up)
+        start = replace(probe_at(resumed, int(row)), step=resume.at_step)  # lined up
         pa, pb = (probe_at(original, other), start)[:: 1 if resume.run == "B" else -1]
         text = (
             f"run {resume.run} was built with other settings than the run it resumes"
@@ -183,7 +182,7 @@ def started_otherwise(key: str, a: RunFile, b: RunFile, resume: Resume) -> Diver
     return None
 
 
-VALUE_KINDS = frozenset({Kind.PARAM, Kind.BUFFER})  # (a state: a parameter's, a buffer's)
+VALUE_KINDS = frozenset({Kind.PARAM, Kind.BUFFER})  # a state: a parameter's or a buffer's
 
 
 def _rows_of_step(run: RunFile, step: int) -> np.ndarray:
@@ -230,17 +229,17 @@ def _resumed_after(resumed: RunFile, original: RunFile) -> tuple[int, int, int] 
         return None
     mapping = string_mapping(resumed, original)
     names = mapping[initial["name"]]
-    if int(names.max()) >= len(original.strings):  # (a name the original never recorded)
+    if int(names.max()) >= len(original.strings):  # a name the original never recorded
         return None
     if _values(initial, mapping) == _values(_initial_parameters(original)):
-        return None  # (not resumed: a plain comparison from step 0 is the right one)
+        return None  # not resumed: a plain comparison from step 0 is the right one
     if np.unique(names).size != names.size:
-        return None  # (one name twice: not a model's parameters)
+        return None  # one name twice: not a model's parameters
     records = original.records
     size = len(original.strings)
     wanted = np.zeros(size, dtype=bool)
     wanted[names] = True
-    # (masks over the fields, then the few rows they select: no copy of every record)
+    # masks over the fields, then the few rows they select: no copy of every record
     rows = np.flatnonzero(
         wanted[records["name"]]
         & (records["kind"] == Kind.PARAM)

@@ -32,8 +32,8 @@ LISTED = 8  # ranks named per role in the picture; the rest are counted
 Placed = tuple[str, str, Divergence | None]
 
 
-def place_ranks(comparison: Comparison) -> None:
-    """Give every rank its role and write the picture (see the module docstring)."""
+def place_ranks(comparison: Comparison) -> Comparison:
+    """``comparison`` with every rank's role and the picture (see the module docstring)."""
     local = [
         p.first
         for p in comparison.processes
@@ -41,28 +41,36 @@ def place_ranks(comparison: Comparison) -> None:
     ]
     earliest_local = min((d.sort_key for d in local), default=None)
     origins = [d.process for d in local if d.sort_key == earliest_local]
-    # (a rank whose file cannot be read may hold the local origin no readable rank shows)
+    # a rank whose file cannot be read may hold the local origin no readable rank shows
     unread = [p.process for p in comparison.processes if p.first and p.first.unreadable]
     firsts = {p.process: p.first for p in comparison.processes}
-    for i, p in enumerate(comparison.processes):
+    processes = list(comparison.processes)
+    ranks: dict[str, list[str]] = {}
+    for i, p in enumerate(processes):
         role, text, first = _message_role(p, firsts) or _role(p, earliest_local, origins, unread)
-        comparison.processes[i] = replace(p, role=role, role_text=text, first=first)
-        comparison.ranks.setdefault(role, []).append(p.process)
+        processes[i] = replace(p, role=role, role_text=text, first=first)
+        ranks.setdefault(role, []).append(p.process)
     for which in ("A", "B"):
-        _first_to_stop(comparison, which)
-    comparison.picture = [
-        _picture_line(comparison, role) for role in ROLES if role in comparison.ranks
-    ]
+        _first_to_stop(processes, ranks, which)
+    placed = replace(
+        comparison,
+        processes=tuple(processes),
+        ranks={role: tuple(keys) for role, keys in ranks.items()},
+    )
+    picture = tuple(_picture_line(placed, role) for role in ROLES if role in placed.ranks)
+    return replace(placed, picture=picture)
 
 
-def _first_to_stop(comparison: Comparison, which: str) -> None:
+def _first_to_stop(
+    processes: list[ProcessComparison], ranks: dict[str, list[str]], which: str
+) -> None:
     """Where every other rank of run ``which`` that stopped early ended on an exception a
     collective raises when its peer vanished, the killed ranks (their files not closed) with
     the fewest steps stopped first. Their role texts say so, and they lead the incomplete
     ranks. Without that evidence nothing is said: the launcher's SIGTERM also leaves files
     unclosed, and a slow rank it ended has fewer steps than the one that crashed."""
     side = _Side(which)
-    stopped = [p for p in comparison.processes if p.role == INCOMPLETE]
+    stopped = [p for p in processes if p.role == INCOMPLETE]
     readable = [p for p in stopped if not (p.first and p.first.unreadable) and side.steps(p)]
     killed = [p for p in readable if not side.complete(p)]
     if not killed:
@@ -75,17 +83,15 @@ def _first_to_stop(comparison: Comparison, which: str) -> None:
     names = ", ".join(p.process for p in first)
     leading = [p.process for p in first]
     following = {p.process for p in after}
-    for i, p in enumerate(comparison.processes):
+    for i, p in enumerate(processes):
         if p.process in leading:
             more = f"; the first of run {which}'s ranks to stop: killed or crashed"
         elif p.process in following:
             more = f"; stopped after {names} in run {which}: a collective lost its peer"
         else:
             continue
-        comparison.processes[i] = replace(p, role_text=p.role_text + more)
-    comparison.ranks[INCOMPLETE] = leading + [
-        k for k in comparison.ranks[INCOMPLETE] if k not in leading
-    ]
+        processes[i] = replace(p, role_text=p.role_text + more)
+    ranks[INCOMPLETE] = leading + [k for k in ranks[INCOMPLETE] if k not in leading]
 
 
 @dataclass(frozen=True)
@@ -127,13 +133,13 @@ def _message_role(p: ProcessComparison, firsts: dict[str, Divergence | None]) ->
         return None
     where = f"step {d.step}, {d.phase}: {d.label}"
     if d.facts.collective in ("any_source", "other_sender"):
-        return COMMUNICATION, where, d  # (from another sender: see origin_collective.py)
+        return COMMUNICATION, where, d  # from another sender: see origin_collective.py
     sender = _sender(d)
     if sender is None or sender not in firsts:
-        return None  # (a rank of another group, or not compared)
+        return None  # a rank of another group, or one not compared
     first = firsts[sender]
     if first is not None and (first.unreadable or first.reason == Reason.LENGTH):
-        return None  # (what it sent is not known, or its file ended)
+        return None  # what it sent is not known, or its file ended
     message = f"in the communication of `{d.location}`"
     if first is not None and first.sort_key == d.sort_key and _sender(first) == p.process:
         text = (
@@ -145,7 +151,7 @@ def _message_role(p: ProcessComparison, firsts: dict[str, Divergence | None]) ->
         origin = _origin_upstream(sender, firsts)
         via = sender if origin != sender else ""
         return _followed(d, [origin], "every record before it", via)
-    told = None if d.facts.unseen else True  # (see caveat_unseen_state)
+    told = None if d.facts.unseen else True  # see caveat_unseen_state
     text = f"{message}: what {sender} sent matched, the tensor received differs"
     return COMMUNICATION, where, replace(d, origin=told, origin_text=text)
 
@@ -237,7 +243,7 @@ def _role(
             "started. Fix: record the run again to read every rank",
         )
         return FIRST, where, d
-    d = replace(d, origin=None if d.facts.unseen else True)  # (see caveat_unseen_state)
+    d = replace(d, origin=None if d.facts.unseen else True)  # see caveat_unseen_state
     if d.facts.collective != "other_op" and not d.facts.unseen:
         d = replace(
             d,

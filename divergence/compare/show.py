@@ -37,11 +37,11 @@ class Shown:
     dumped: bool = False
     note: str = ""
     numeric: Any = None  # compare.numeric.NumericDiff
-    # (k, n): the k-th of n records of its probe in the step (an op called n times), as the
-    # compare report says "call k of n"; None for a probe recorded once
+    # the k-th of n records of its probe in the step as (k, n), for an op called n times: the
+    # compare report's "call k of n"; None for a probe recorded once
     occurrence: tuple[int, int] | None = None
-    # an op output's call as ``diverge replay --call`` counts it (every call of the op in the
-    # step, both phases, from 0); None for other records
+    # an op output's call as ``diverge replay --call`` counts it: every call of the op in the
+    # step, both phases, from 0; None for other records
     replay_call: int | None = None
 
     @property
@@ -98,7 +98,7 @@ def show_probes(
     with numeric diffs for the first ``limit`` only."""
     file_a = single_process(run)
     file_b = single_process(against) if against is not None else None
-    if file_b is not None:  # (as compare: records of other programs do not pair)
+    if file_b is not None:  # as in compare: records of other programs do not pair
         refuse_different_programs(file_a, file_b, other_scripts)
     rows = matching_rows(file_a, step, pattern)
     for path, file in ((run, file_a), (against, file_b)):

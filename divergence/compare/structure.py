@@ -38,8 +38,8 @@ def structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergen
             )
             return _done_in_one_run(key, region, pa, pb, text, Facts(region="one_run"))
     evaluation = _evaluation_in_one_run(key, pa, pb)
-    # (before the records that come after an evaluation; but a write of the weights recorded
-    # before an evaluation in one run only is what that run did first)
+    # an evaluation in one run only comes before the records after it, unless that run wrote
+    # the weights first, recorded before the evaluation
     if evaluation is not None and not (_writes_weights(pa) or _writes_weights(pb)):
         return evaluation
     synced = _synced_in_one_run(key, a, b, row)
@@ -163,7 +163,7 @@ def _other_optimizers(pa: Probe, pb: Probe) -> str:
     if pa.kind != state or pb.kind != state or pa.phase != pb.phase:
         return ""
     if any("/" in p.name or "." not in p.name for p in (pa, pb)):
-        return ""  # (a state of one parameter, ``fc.weight/exp_avg``: no optimizer's own)
+        return ""  # a state of one parameter, ``fc.weight/exp_avg``: no optimizer's own
     label_a, label_b = (p.name.split(".")[0] for p in (pa, pb))
     if label_a == label_b:
         return ""

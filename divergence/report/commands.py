@@ -25,18 +25,18 @@ def divergence_commands(comparison: Comparison) -> list[str]:
     process = next(p for p in comparison.processes if p.first is d)
     if process.resume is not None:
         return []
-    # (a run of several processes: show reads one file)
+    # show reads one file: a run of several processes passes the diverging one's
     single = len(comparison.processes) == 1
     a = quoted(comparison.run_a if single else process.path_a)
     b = quoted(comparison.run_b if single else process.path_b)
     probe = shlex.quote(d.location)
-    # (a structure divergence: the whole step, where the runs' records part)
+    # a structure divergence shows the whole step, where the runs' records part
     only = f" --probe {probe}" if d.reason == Reason.VALUE else ""
     lines = [f"diverge show {a} --against {b} --step {d.step}{only}"]
     op = split_op_name(d.location)[1]
     if op.startswith("aten.") and d.replay_call is not None and d.numeric is not None:
-        # (replay counts the op's calls in the step across phases, from 0: not the report's
-        # "call k of n", which counts within the phase from 1)
+        # replay counts the op's calls in the step across phases, from 0, unlike the
+        # report's "call k of n", which counts within the phase from 1
         call = f" --call {d.replay_call}" if d.replay_call else ""
         lines.append(f"diverge replay {a} --step {d.step} --op {probe}{call}")
     return lines

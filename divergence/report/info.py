@@ -84,7 +84,7 @@ class RunSummary:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "diverge.info/1",
-            "status": self.status,  # (not ok: exit 2)
+            "status": self.status,  # not ok: exit 2
             "run": str(self.path),
             "processes": [{**p.__dict__, "path": str(p.path)} for p in self.processes],
             "unreadable": self.unreadable,
@@ -98,7 +98,7 @@ class RunSummary:
         yield Text(f"{self.path}: {counted(files, 'process', 'processes')}{damaged}", style="bold")
         for p in self.processes:
             state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
-            if p.complete and p.failure:  # (the file is whole; the recording is not)
+            if p.complete and p.failure:  # the file is whole; the recording is not
                 state = "file closed cleanly"
             steps = f"steps {p.first_step}..{p.last_step}" if p.steps else "no complete step"
             if p.ended_inside_step is not None and p.ended_inside_step == p.last_step:

@@ -24,9 +24,10 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "first_divergence": divergence_json(first) if first else None,
         "environment_differences": [asdict(e) for e in comparison.environment],
         "processes": [process_json(p) for p in comparison.processes],
-        "ranks": comparison.ranks,  # role -> process keys (multi-process runs)
-        "picture": comparison.picture,
-        "notes": comparison.notes,
+        # role -> process keys (multi-process runs)
+        "ranks": {role: list(keys) for role, keys in comparison.ranks.items()},
+        "picture": list(comparison.picture),
+        "notes": list(comparison.notes),
         # diverge show / replay at the first divergence (report/commands.py)
         "commands": divergence_commands(comparison),
     }
@@ -42,7 +43,7 @@ def divergence_json(d: Divergence) -> dict[str, Any]:
         "reason": d.reason.value,
         "origin": d.origin,
         "origin_text": d.origin_text,
-        "unreadable": d.unreadable,  # (a damaged file: where it parts is unknown)
+        "unreadable": d.unreadable,  # a damaged file: where it parts is unknown
         "matched_inputs": list(d.matched_inputs),
         "occurrence": list(d.occurrence) if d.occurrence else None,
         "rng_evidence": list(d.rng_evidence),

@@ -39,7 +39,7 @@ class ComparisonReport:
 
     def __init__(self, comparison: Comparison, commands: bool = True) -> None:
         self.comparison = comparison
-        self.commands = commands  # (hunt's report lists them with the runs it kept)
+        self.commands = commands  # hunt's report lists them with the runs it kept
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         c = self.comparison
@@ -92,7 +92,7 @@ def report_width() -> int:
     console = Console()
     columns = os.environ.get("COLUMNS", "")
     if console.is_terminal or (columns.isdigit() and int(columns) >= MIN_WIDTH):
-        return max(MIN_WIDTH, min(console.width, WIDTH))  # (a terminal says COLUMNS=0)
+        return max(MIN_WIDTH, min(console.width, WIDTH))  # a terminal may say COLUMNS=0
     return WIDTH
 
 
@@ -110,7 +110,7 @@ def verdict(c: Comparison) -> Text:
     what = f"{first.kind.label.replace('_', ' ')}{f' ({key})' if key else ''}"
     where = f"{what} of {first.location}" if first.location else "the end"
     if first.a is not None and first.a.name == first.location and first.location:
-        where = first.a.label  # (with its slot: "batch 2 of M", as the probe line says)
+        where = first.a.label  # with its slot, "batch 2 of M", as the probe line says
     origin = ORIGIN_TAGS[first.origin]
     if first.reason == Reason.LENGTH:
         return Text(
@@ -142,7 +142,7 @@ class EnvironmentTable:
         c = self.comparison
         shown = c.environment[:20]
         values = [[display_value(v) for v in (e.a, e.b)] for e in shown]
-        room = options.max_width - 12  # (12: two columns on each side of each of 3 cells)
+        room = options.max_width - 12  # 12: two columns on each side of each of 3 cells
         longest = max((len(value) for row in values for value in row), default=0)
         value_width = max(min(VALUE_WIDTH, max(longest, len("run A")), (room - 8) // 2), 4)
         key_width = max(min(SETTING_WIDTH, room - 2 * value_width), 4)
@@ -150,7 +150,7 @@ class EnvironmentTable:
         table.add_column("setting", overflow="fold", max_width=key_width)
         table.add_column("run A", overflow="fold", max_width=value_width)
         table.add_column("run B", overflow="fold", max_width=value_width)
-        for e, row in zip(shown, values, strict=True):  # (Text, not markup: "[a]" in a value)
+        for e, row in zip(shown, values, strict=True):  # Text, not markup: a value may hold "[a]"
             folded = [Text(fold_long_words(v, value_width)) for v in row]
             table.add_row(Text(fold_at_separators(e.key, key_width)), *folded)
         if len(c.environment) > 20:
@@ -218,8 +218,8 @@ def fold_command(line: str, width: int) -> list[str]:
     >>> fold_command("diverge show a --against b --step 3", 18)
     ['diverge show a \\', '  --against b \\', '  --step 3']
     """
-    words = [shlex.quote(w) for w in shlex.split(line)]  # (as a shell splits it)
-    units: list[str] = []  # (an option stays with its value)
+    words = [shlex.quote(w) for w in shlex.split(line)]  # as a shell splits it
+    units: list[str] = []  # an option stays with its value
     for word in words:
         if units and units[-1].startswith("--") and " " not in units[-1] and word[:1] != "-":
             units[-1] += f" {word}"
@@ -229,7 +229,7 @@ def fold_command(line: str, width: int) -> list[str]:
     current = ""
     for word in units:
         candidate = f"{current} {word}" if current else word
-        if current and len(candidate) + 2 > width:  # (room for " \\")
+        if current and len(candidate) + 2 > width:  # room for " \\"
             parts.append(f"{current} \\")
             current = f"  {word}"
         else:
@@ -255,14 +255,14 @@ class KeyValueTable:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         # Both widths set: rich's own sharing lets a table with a minimum width overflow.
-        room = options.max_width - 8  # (8: two columns on each side of each cell)
+        room = options.max_width - 8  # 8: two columns on each side of each cell
         longest = max((len(key) for key, _ in self.rows), default=0)
         key_width = max(min(longest, room - min(VALUE_MIN_WIDTH, room // 2)), 1)
         value_width = max(min(room - key_width, 84), 1)
         table = Table(box=None, show_header=False, padding=(0, 2), show_edge=False)
         table.add_column(style="dim", overflow="fold", width=key_width)
         table.add_column(overflow="fold", width=value_width)
-        for key, value in self.rows:  # (Text, not markup: an argv may hold "[a]")
+        for key, value in self.rows:  # Text, not markup: an argv may hold "[a]"
             table.add_row(Text(fold_at_separators(key, key_width)), Text(value))
         yield table
 
@@ -314,7 +314,7 @@ def key_value_table(rows: Iterable[tuple[str, str]]) -> KeyValueTable:
 
 def divergence_rows(d: Divergence) -> Iterator[tuple[str, str]]:
     yield "step", str(d.step)
-    if d.reason != Reason.LENGTH:  # (a run's end is no phase)
+    if d.reason != Reason.LENGTH:  # a run's end is no phase
         yield "phase", d.phase.label
     if d.a is not None and d.reason == Reason.VALUE:
         yield "probe", f"{d.a.label}  {d.a.type_text}{occurrence_text(d)}"
@@ -385,7 +385,7 @@ def propagation_lines(p: ProcessComparison) -> list[str]:
                 f"{prop.final_params_total} differ{_final_buffers(prop)}"
             ]
             if prop.final_params_total
-            else []  # (no optimizer step in the compared records)
+            else []  # no optimizer step in the compared records
         ),
         *(
             [
@@ -451,5 +451,5 @@ def render_text(comparison: Comparison, width: int = WIDTH) -> str:
     console = Console(
         width=width, record=True, color_system=None, force_terminal=False, file=io.StringIO()
     )
-    console.print(ComparisonReport(comparison), crop=False)  # (commands stay whole)
+    console.print(ComparisonReport(comparison), crop=False)  # commands stay whole
     return console.export_text()

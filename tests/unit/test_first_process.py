@@ -17,7 +17,7 @@ def process(name: str, step: int, complete: bool, role: str = "") -> ProcessComp
 
 
 def comparison(*processes: ProcessComparison) -> Comparison:
-    return Comparison(Path("a"), Path("b"), [], list(processes))
+    return Comparison(Path("a"), Path("b"), (), tuple(processes))
 
 
 def test_a_killed_rank_leads_at_the_same_step() -> None:

@@ -63,7 +63,7 @@ def test_the_killed_rank_is_named_as_the_first_to_stop(
     assert (rank0.role, rank1.role) == ("incomplete", "incomplete")
     assert ("the first of run B's ranks to stop: killed or crashed" in rank1.role_text) is told
     assert ("stopped after rank1 in run B: a collective lost its peer" in rank0.role_text) is told
-    assert comparison.ranks["incomplete"] == (["rank1", "rank0"] if told else ["rank0", "rank1"])
+    assert comparison.ranks["incomplete"] == (("rank1", "rank0") if told else ("rank0", "rank1"))
 
 
 @pytest.mark.parametrize("peer", ["sigterm", "missing"])

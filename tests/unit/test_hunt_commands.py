@@ -44,7 +44,7 @@ def comparison_with(
     process = ProcessComparison(
         "process0", a / "p.h5", b / "p.h5", 9, 1, 1, True, True, first, None
     )
-    return Comparison(a, b, [], [process])
+    return Comparison(a, b, (), (process,))
 
 
 def replays(comparison: Comparison) -> list[str]:
@@ -65,8 +65,8 @@ def test_replay_is_told_which_call_of_the_op_parted() -> None:
 
 
 def test_nothing_to_show_across_a_resume_or_after_a_length_divergence() -> None:
-    resumed = comparison_with(None)
-    resumed.processes[0] = replace(resumed.processes[0], resume=Resume("B", 4, 2))
+    plain = comparison_with(None)
+    resumed = replace(plain, processes=(replace(plain.processes[0], resume=Resume("B", 4, 2)),))
     assert divergence_commands(resumed) == []
     assert divergence_commands(comparison_with(None, reason="length")) == []
     # a structure divergence: the whole step, where the records part
