@@ -39,9 +39,12 @@ lint: $(STAMP)
 # The output ends with the 25 slowest tests and the total time, so that growth shows.
 WORKERS ?= 2
 PYTEST_PARALLEL := -n $(WORKERS) --dist worksteal
+# The package compiled first: where PYTHONDONTWRITEBYTECODE is set, each recording would
+# compile the recorder's modules anew.
 test: $(STAMP) $(TRITON_STAMP)
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory lint && \
+	$(PY) -m compileall -q divergence tests sample_runs >/dev/null && \
 	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) --durations=25; status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s in all (lint and tests)"; exit $$status
 
