@@ -320,6 +320,7 @@ class Comparison:
     notes: tuple[str, ...] = ()
     ranks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # role -> process keys
     picture: tuple[str, ...] = ()  # the per-rank story, one line a role
+    other_scripts: bool = False  # compared with --other-scripts: show needs it too
 
     @property
     def first(self) -> Divergence | None:

@@ -81,7 +81,12 @@ def compare_ranks(
         *gathered.notes,
     )
     comparison = Comparison(
-        run_a.path, run_b.path, tuple(gathered.environment), tuple(processes), notes
+        run_a.path,
+        run_b.path,
+        tuple(gathered.environment),
+        tuple(processes),
+        notes,
+        other_scripts=other_scripts,
     )
     if len(comparison.processes) > 1:
         comparison = place_ranks(comparison)

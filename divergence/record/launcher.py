@@ -148,10 +148,22 @@ class Progress:
             total.processes += 1
         return total
 
-    def line(self) -> str:
+    def line(self, on_disk: int | None = None) -> str:
+        """The progress so far; with ``on_disk``, the run files' size instead of the bytes
+        of records and dumps the processes wrote (the files are compressed).
+
+        >>> Progress(3, 1200, 40960, 2).line(), Progress(3, 1200, 40960, 2).line(on_disk=9000)
+        ('3 steps, 1,200 records, 40.0 KiB recorded (2 processes)', \
+'3 steps, 1,200 records, 8.8 KiB on disk (2 processes)')
+        """
+        size = (
+            f"{human_size(self.bytes)} recorded"
+            if on_disk is None
+            else (f"{human_size(on_disk)} on disk")
+        )
         return (
-            f"{counted(self.steps, 'step')}, {counted(self.records, 'record')}, "
-            f"{human_size(self.bytes)} ({counted(self.processes, 'process', 'processes')})"
+            f"{counted(self.steps, 'step')}, {counted(self.records, 'record')}, {size} "
+            f"({counted(self.processes, 'process', 'processes')})"
         )
 
 
@@ -237,17 +249,17 @@ def run_child(command: list[str], env: dict[str, str], handshake: Path) -> int:
     ]
     previous = {s: signal.signal(s, forward) for s in forwarded}
     done = threading.Event()
-    ticker = threading.Thread(target=_progress_loop, args=(handshake, done), daemon=True)
-    if sys.stderr.isatty():
-        ticker.start()
+    live = sys.stderr.isatty()
+    ticker = threading.Thread(target=_progress_loop, args=(handshake, done, live), daemon=True)
+    ticker.start()
     try:
         status = child.wait()
     finally:
         done.set()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if ticker.is_alive():
-        ticker.join()
+    ticker.join()
+    if live:
         print(file=sys.stderr)
     return 128 - status if status < 0 else status
 
@@ -263,9 +275,21 @@ def _die_with_parent() -> None:
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _progress_loop(handshake: Path, done: threading.Event) -> None:
-    while not done.wait(0.5):
-        sys.stderr.write(f"\r{PREFIX}{Progress.read(handshake).line()}\x1b[K")
+LIVE_EVERY, LOGGED_EVERY = 0.5, 10.0  # seconds between progress reports
+
+
+def _progress_loop(handshake: Path, done: threading.Event, live: bool) -> None:
+    """Until ``done``: on a terminal, one line rewritten in place; otherwise (a log, CI) a
+    line every :data:`LOGGED_EVERY` seconds, so that a long run shows it is alive."""
+    started = time.monotonic()
+    while not done.wait(LIVE_EVERY if live else LOGGED_EVERY):
+        line = Progress.read(handshake).line()
+        if live:
+            sys.stderr.write(f"\r{PREFIX}{line}\x1b[K")
+        else:
+            sys.stderr.write(
+                f"{PREFIX}recording: {line} after {time.monotonic() - started:.0f} s\n"
+            )
         sys.stderr.flush()
 
 
@@ -303,8 +327,9 @@ def finish(
                 why = f"--include/--exclude left out every probe, or {why}"
         say(f"no training step was recorded ({describe_status(status)}): {why}")
         return status if status else 2
-    progress = Progress.read(handshake)
-    say(f"recorded {progress.line()} into {output}/ ({describe_status(status)})")
+    on_disk = sum(file.stat().st_size for file in files)
+    progress = Progress.read(handshake).line(on_disk)
+    say(f"recorded {progress} into {output}/ ({describe_status(status)})")
     for note in _notes(files):
         say(f"note: {note}")
     run = shlex.quote(_short(output))

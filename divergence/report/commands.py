@@ -17,8 +17,9 @@ from divergence.compare.origin_op import split_op_name
 
 def divergence_commands(comparison: Comparison) -> list[str]:
     """``diverge show`` (and ``diverge replay`` for an op output whose run dumped it) at the
-    first value or structure divergence; none across a resume, whose step numbers differ
-    between the runs, and none for a length divergence (nothing to set side by side)."""
+    first value or structure divergence, with the flags compare ran with that show needs.
+    None across a resume, whose step numbers differ between the runs, and none for a length
+    divergence (nothing to set side by side)."""
     d = comparison.first
     if d is None or d.reason == Reason.LENGTH or d.unreadable:
         return []
@@ -32,7 +33,8 @@ def divergence_commands(comparison: Comparison) -> list[str]:
     probe = shlex.quote(d.location)
     # a structure divergence shows the whole step, where the runs' records part
     only = f" --probe {probe}" if d.reason == Reason.VALUE else ""
-    lines = [f"diverge show {a} --against {b} --step {d.step}{only}"]
+    flags = " --other-scripts" if comparison.other_scripts else ""  # as compare ran
+    lines = [f"diverge show {a} --against {b} --step {d.step}{only}{flags}"]
     op = split_op_name(d.location)[1]
     if op.startswith("aten.") and d.replay_call is not None and d.numeric is not None:
         # replay counts the op's calls in the step across phases, from 0, unlike the

@@ -476,6 +476,9 @@ def test_a_renamed_copy_is_compared_with_other_scripts(record: Recorder, tmp_pat
     assert code == 0
     assert "the runs are of different scripts ('mlp.py' and 'mlp_fixed.py'" in report["notes"][0]
     assert not any(e["key"] == "argv" for e in report["environment_differences"])
+    shown = ("show", str(a), "--against", str(b), "--step", "0")
+    assert run_cli(*shown).returncode == 2
+    assert run_cli(*shown, "--other-scripts").returncode == 0
     seeded = record(str(copy), "--seed", "0")  # the default: another argument, same training
     code, report = compare_json(a, seeded, "--other-scripts")
     argv = next(e for e in report["environment_differences"] if e["key"] == "argv")

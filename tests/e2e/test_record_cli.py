@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from divergence.errors import CorruptRunError
+from divergence.record.launcher import human_size
 from divergence.store.reader import RunFile, read_meta
 from divergence.store.run import Run
 from divergence.store.schema import Kind
@@ -63,6 +64,9 @@ def test_record_prints_where_it_writes_and_what_to_run_next(tmp_path: Path) -> N
     assert "diverge: recorded 6 steps" in result.stderr
     assert "diverge compare" in lines[-1]
     assert [p.name.startswith("pid") for p in h5_files(out)] == [True]
+    # the size said is the run file's
+    size = human_size(sum(p.stat().st_size for p in h5_files(out)))
+    assert f"records, {size} on disk (1 process) into {out}/" in result.stderr
 
 
 def test_default_output_name_and_no_overwrite_without_force(tmp_path: Path) -> None:

@@ -101,3 +101,11 @@ def test_a_setting_that_differs_is_not_zoomed() -> None:
     assert _zoom_skip_reason(setting).startswith("a setting differs")
     output = Divergence(Reason.VALUE, "process0", 0, Phase.FORWARD, Kind.OUTPUT, "dense", 0)
     assert _zoom_skip_reason(output) == ""
+
+
+def test_show_is_given_the_flags_compare_ran_with() -> None:
+    """A comparison made with --other-scripts is shown with it: show refuses two scripts too."""
+    compared = replace(comparison_with(None, dumped=False), other_scripts=True)
+    assert divergence_commands(compared) == [
+        f"diverge show h/zoom1 --against h/zoom2 --step 0 --probe {OP} --other-scripts"
+    ]
