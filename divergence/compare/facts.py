@@ -8,7 +8,7 @@ import numpy as np
 from divergence.compare.model import Divergence
 from divergence.compare.records import string_ids
 from divergence.store.reader import RunFile
-from divergence.store.schema import Kind, Phase, Status
+from divergence.store.schema import LOADER_SEED, Kind, Phase, Status
 from divergence.store.settings import settings_of
 
 
@@ -20,7 +20,6 @@ def layout(divergence: Divergence) -> str:
     return "shape" if a.shape != b.shape else "dtype"
 
 
-LOADER_SEED = "DataLoader epoch base seed"  # its seeds call (frameworks/torch/data.py)
 TF_SEED_CALLS = {"tf.random.set_seed", "keras.utils.set_random_seed"}  # set TF's global seed
 
 

@@ -235,6 +235,10 @@ EDITED_IN_TRACE = (
 TARGETS, SAMPLE_WEIGHT = "targets", "sample_weight"
 LOSS_INPUTS = (TARGETS, SAMPLE_WEIGHT)
 
+# The ``call`` of the metadata ``seeds`` entry a DataLoader with its own generator adds for
+# each epoch: the base seed it drew
+LOADER_SEED = "DataLoader epoch base seed"
+
 
 KEY_PREFIX = "key="  # a note's part naming where an output sits in a dict or record
 NOTE_SEPARATOR = "; "

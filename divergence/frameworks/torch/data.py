@@ -16,9 +16,7 @@ from torch.utils.data.distributed import DistributedSampler
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.torch.module_settings import loader_settings
 from divergence.frameworks.torch.records import Records, call_tensors
-from divergence.store.schema import Kind, Phase
-
-LOADER_SEED = "DataLoader epoch base seed"  # its seeds call, as compare/explain.py knows it
+from divergence.store.schema import LOADER_SEED, Kind, Phase
 
 
 class DataLoaders:
