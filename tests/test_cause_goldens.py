@@ -92,7 +92,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], list[Change]]] = {
 def write_run(path: Path, meta: dict[str, Any], changes: list[Change]) -> Path:
     session = Session(RecordConfig(output=str(path)), path)
     session.add_metadata(lambda: meta)
-    session.seeds = meta.get("seeds", [])
+    for call in meta.get("seeds", []):
+        session.note_seed(call)
     on_gpu = bool(meta.get("devices", {}).get("cuda"))  # (a CUDA tensor's fingerprint)
     algorithm = Algorithm.SMIX64_SUM if on_gpu else Algorithm.XXH3_64
     for step in range(3):

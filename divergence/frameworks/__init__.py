@@ -35,8 +35,7 @@ def start(config: RecordConfig, *, rng_noted_by: str = "") -> tuple[Session, Cal
     session = activate(Session(config, config.output))
     # compare tells a generator never drawn from (each recorded state is this one) from one
     # that was
-    session.note_host_generators()
-    session.host_generators_noted_by = rng_noted_by
+    session.note_host_generators(rng_noted_by)
     return session, attach(session)
 
 

@@ -74,20 +74,20 @@ class Session(Extensions["Session"]):
         self.unprobed: set[str] = set()  # probe names said once to have recorded nothing
         self.writer: RunFileWriter | None = None
         self.records_written = 0
-        self.seeds: list[dict[str, Any]] = []
+        self._seeds: list[dict[str, Any]] = []  # see :meth:`note_seed`
         # generator states the program restored (a checkpoint's): {"call", "state", "step"}
         self.rng_restores: list[dict[str, Any]] = []
-        self.rank: int | None = None  # the process group's rank, set by a framework adapter
+        self._rank: int | None = None  # the process group's rank: :meth:`set_rank`
         # python's and numpy's generator states at process start, by fingerprint; only
         # when recording started before the program ran (`diverge record`)
         self.host_generators_at_start: dict[str, str] = {}
-        self.host_generators_noted_by = ""  # "recorder": at divergence.Recorder's start
+        self._host_generators_noted_by = ""  # "recorder": at divergence.Recorder's start
         self.host_generators_at_end: dict[str, str] = {}
         self.failure = ""
         self.failure_step: int | None = None  # the step recording stopped in
         # steps a framework saw after recording stopped, when the session stopped counting;
         # TensorFlow's traced steps are counted by the probes in them
-        self.steps_after_failure = 0
+        self._steps_after_failure = 0
         self.uncaught = ""  # the exception that ended the process, if one did
         self._start_time = time.time()
         self._reset_buffer()
@@ -349,10 +349,10 @@ class Session(Extensions["Session"]):
         """
         self.run_dir.mkdir(parents=True, exist_ok=True)
         pid = os.getpid()
-        rank = self.rank if self.rank is not None else os.environ.get("RANK")
+        rank = self._rank if self._rank is not None else os.environ.get("RANK")
         if rank is None:
             return self.run_dir / f"pid{pid}.h5"
-        inherited = self.rank is None and multiprocessing.process.parent_process() is not None
+        inherited = self._rank is None and multiprocessing.process.parent_process() is not None
         path = self.run_dir / f"rank{rank}.h5"
         return self.run_dir / f"rank{rank}-pid{pid}.h5" if inherited or path.exists() else path
 
@@ -360,20 +360,35 @@ class Session(Extensions["Session"]):
         meta = process_metadata(self._start_time)
         meta["record_config"] = json.loads(self.config.to_json())
         meta.update(self.metadata())
-        meta["seeds"] = self.seeds
+        meta["seeds"] = self._seeds
         if self.rng_restores:
             meta["rng_restores"] = self.rng_restores
         if self.host_generators_at_start:
             meta["rng_at_start"] = self.host_generators_at_start
-            if self.host_generators_noted_by:  # a Recorder's start, not the process's
-                meta["rng_at_start_taken"] = self.host_generators_noted_by
+            if self._host_generators_noted_by:  # a Recorder's start, not the process's
+                meta["rng_at_start_taken"] = self._host_generators_noted_by
         if self.host_generators_at_end:
             meta["rng_at_end"] = self.host_generators_at_end
         return meta
 
-    def note_host_generators(self) -> None:
-        """Remember python's and numpy's generator states now, as the process's start."""
+    def note_host_generators(self, noted_by: str = "") -> None:
+        """Remember python's and numpy's generator states now, as the process's start;
+        ``noted_by`` is stored with them when they are not its first (``"recorder"``: at a
+        Recorder's start)."""
         self.host_generators_at_start = _host_generator_states()
+        self._host_generators_noted_by = noted_by
+
+    def note_seed(self, call: dict[str, Any]) -> None:
+        """A seeding call for the metadata ``seeds``: ``{"call", "seed", ...}``."""
+        self._seeds.append(call)
+
+    def set_rank(self, rank: int) -> None:
+        """The process group's rank, which names the file ``rank<R>.h5`` without ``RANK``."""
+        self._rank = rank
+
+    def count_step_after_failure(self) -> None:
+        """A step a framework saw after recording stopped (``steps_taken`` at exit counts it)."""
+        self._steps_after_failure += 1
 
     def _report_progress(self) -> None:
         directory = os.environ.get(ENV_HANDSHAKE)
@@ -403,7 +418,7 @@ class Session(Extensions["Session"]):
             self._close_step()
         if self.failure:  # lets compare tell whether the recorder missed steps
             end["failure_step"] = self.failure_step
-            end["steps_taken"] = self.step + self.steps_after_failure
+            end["steps_taken"] = self.step + self._steps_after_failure
         if self.uncaught:
             end["uncaught"] = self.uncaught
             if buffered:  # the step it raised in: its records so far are written
@@ -426,8 +441,8 @@ class Session(Extensions["Session"]):
         self._strings, self._new_strings, self._shapes = {"": 0}, [], {}
         self._start_time = time.time()
         if self.host_generators_at_start:  # the child starts from the parent's states now
-            self.note_host_generators()
-        self.rank = None  # the parent's process-group rank is not the child's
+            self.note_host_generators(self._host_generators_noted_by)
+        self._rank = None  # the parent's process-group rank is not the child's
 
 
 def _host_generator_states() -> dict[str, str]:

@@ -20,7 +20,7 @@ def write_run(
 ) -> Path:
     session = Session(RecordConfig(output=str(path)), path)
     session.add_metadata(lambda: {"framework": "torch", "env": {}})
-    session.seeds = [{"call": "torch.manual_seed", "seed": "0", "step": 0}]
+    session.note_seed({"call": "torch.manual_seed", "seed": "0", "step": 0})
     session.begin_event()
     session.add(phase, kind, "fc.weight", Fingerprint(value, dtype, shape, Algorithm.XXH3_64))
     session.explicit_step()

@@ -427,7 +427,7 @@ def test_file_name_uses_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_metadata_providers_and_seeds(tmp_path: Path) -> None:
     s = make(tmp_path)
     s.add_metadata(lambda: {"framework": {"name": "fake"}})
-    s.seeds.append({"seed": 42})
+    s.note_seed({"seed": 42})
     s.begin_event()
     add(s, "a")
     s.finish()

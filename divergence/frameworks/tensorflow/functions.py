@@ -56,7 +56,7 @@ class FunctionCalls:
                 functions.guard(functions.session.begin_event)()
                 # after a failure no probe counts steps: these calls do, evaluations included
                 if functions.session.failure:
-                    functions.session.steps_after_failure += 1
+                    functions.session.count_step_after_failure()
             functions.records.depth += 1
             try:
                 return original(function, *args, **kwargs)

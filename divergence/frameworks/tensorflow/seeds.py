@@ -49,7 +49,7 @@ class SeedCalls:
             caller = sys._getframe(1).f_code  # named after the program's call: Keras' seeds all
             keras_call = caller.co_name == "set_random_seed" and "keras" in caller.co_filename
             call = "keras.utils.set_random_seed" if keras_call else "tf.random.set_seed"
-            session.seeds.append({"call": call, "seed": repr(seed)})
+            session.note_seed({"call": call, "seed": repr(seed)})
             return original(seed)
 
         return set_seed

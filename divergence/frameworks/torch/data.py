@@ -80,7 +80,7 @@ class DataLoaders:
         seed = getattr(iterator, "_base_seed", None)
         if isinstance(seed, int):
             step = self.session.current_step
-            self.session.seeds.append({"call": LOADER_SEED, "seed": repr(seed), "step": step})
+            self.session.note_seed({"call": LOADER_SEED, "seed": repr(seed), "step": step})
 
     def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``DistributedSampler.set_epoch`` noted as a seed call (metadata ``sampler_epochs``):

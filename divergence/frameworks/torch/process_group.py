@@ -43,7 +43,7 @@ class GroupMetadata:
         settings = {k: plain(v) for k, v in kwargs.items() if k not in ("init_method", "store")}
         self.info["init_process_group"] = settings
         self.group_pid = os.getpid()
-        self.recorder.session.rank = dist.get_rank()  # names the file rank<R>.h5 without RANK
+        self.recorder.session.set_rank(dist.get_rank())
         self.metadata()
 
     def wrap_destroy(self, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -78,7 +78,7 @@ class SeedCalls:
                 call["entropy"] = True
                 if state := state_after_seed(label):
                     call["state"] = state
-            session.seeds.append(call)
+            session.note_seed(call)
             return result
 
         return seed
