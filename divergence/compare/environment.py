@@ -11,6 +11,7 @@ from typing import Any
 
 from divergence.compare.model import EnvDifference
 from divergence.store.environment import matters
+from divergence.store.names import flatten
 
 # Per-process facts that differ between any two runs and say nothing about bits. The diverge
 # version is compared: another recorder may probe other tensors or name them differently.
@@ -18,17 +19,6 @@ IGNORED = frozenset(
     {"host", "pid", "cwd", "start_time", "command", "record_config.output"}
     | {"env.MASTER_PORT", "env.MASTER_ADDR"}  # torchrun --standalone picks a free port per run
 )
-
-
-def flatten(meta: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in meta.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, path + "."))
-        else:
-            flat[path] = value
-    return flat
 
 
 def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDifference]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from divergence.compare.model import Divergence
 from divergence.compare.records import code, describe, has, noted_in_either
+from divergence.store.names import parent_module
 from divergence.store.reader import RunFile
 from divergence.store.schema import BEFORE_BACKWARD_HOOKS, BEFORE_HOOKS, BEFORE_PRE_HOOKS, Kind
 
@@ -122,24 +123,6 @@ def _caller(run: RunFile, name: str, before: np.ndarray) -> str:
     since = before[before > models[-1]]
     returned = (records["kind"][since] == Kind.OUTPUT) & (records["name"][since] == model)
     return "" if returned.any() else run.strings[model]
-
-
-def parent_module(name: str) -> str:
-    """The module a recorded module name belongs to ("" at the top). A compiled function's
-    ``<compiled Ops.shift>`` and an inline module's ``<Linear>`` are one part each.
-
-    >>> parent_module("block.attn"), parent_module("block.<compiled Ops.shift>")
-    ('block', 'block')
-    >>> parent_module("<compiled Ops.shift>"), parent_module("fc")
-    ('', '')
-    """
-    depth = 0
-    for index in range(len(name) - 1, -1, -1):
-        char = name[index]
-        depth += (char == ">") - (char == "<")
-        if char == "." and depth == 0:
-            return name[:index]
-    return ""
 
 
 def hooks_after(run: RunFile, row: int, other: RunFile | None = None) -> str:

@@ -10,15 +10,9 @@ import numpy as np
 
 from divergence.compare.model import Divergence
 from divergence.compare.records import code
+from divergence.store.names import split_op_name
 from divergence.store.reader import RunFile
 from divergence.store.schema import UNINITIALISED, WRITTEN_BUFFER, WRITTEN_WHOLE, Kind
-
-
-def split_op_name(name: str) -> tuple[str, str]:
-    """``"block.fc/aten.addmm.default"`` -> ``("block.fc", "aten.addmm.default")``; an op
-    outside any module has no module part."""
-    module, _, op = name.rpartition("/")
-    return module, op
 
 
 def explain_op(divergence: Divergence, run: RunFile, row: int) -> Divergence:

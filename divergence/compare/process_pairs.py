@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from divergence.errors import IncomparableRunsError, UsageError
-from divergence.store.reader import read_meta
-from divergence.store.run import Process, Run
+from divergence.store.run import Process, Run, world_size
 
 Pair = tuple[str, Process | None, Process | None]
 
@@ -30,23 +29,6 @@ def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]
 def _natural(key: str) -> tuple[str, int]:
     digits = "".join(c for c in key if c.isdigit())
     return (key.rstrip("0123456789"), int(digits) if digits else 0)
-
-
-def world_size(run: Run) -> int | None:
-    """The recorded world size (metadata of the first readable rank file), if any."""
-    for process in run.processes:
-        if process.rank is None:
-            continue
-        try:
-            meta = read_meta(process.path)
-        except Exception:  # a damaged file: ask the next rank
-            continue
-        size = (meta.get("distributed") or {}).get("world_size") or meta.get("env", {}).get(
-            "WORLD_SIZE"
-        )
-        if size is not None:
-            return int(size)
-    return None
 
 
 def pair_ranks(run_a: Run, run_b: Run, ranks: Sequence[int] | None) -> list[Pair]:

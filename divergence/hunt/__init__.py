@@ -26,11 +26,11 @@ from pathlib import Path
 
 from divergence.compare import compare_runs
 from divergence.compare.model import Comparison, Divergence, Reason
-from divergence.compare.origin_module import parent_module
 from divergence.errors import IncomparableRunsError, IncompleteRecordingError, RecordError
 from divergence.record.config import RecordConfig, StepRange
 from divergence.record.launcher import is_run_file, record, resolve_command
 from divergence.record.rng import RNG_STATE_GLOBS
+from divergence.store.names import parent_module
 from divergence.store.schema import Kind, Phase
 
 # Divergences the op-level zoom cannot refine: they arise before any op of the step runs.

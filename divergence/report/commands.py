@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 from divergence.compare.model import Comparison, Reason
-from divergence.compare.origin_op import split_op_name
+from divergence.store.names import split_op_name
 
 
 def divergence_commands(comparison: Comparison) -> list[str]:

@@ -14,11 +14,10 @@ import numpy as np
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from divergence.compare.environment import flatten
-from divergence.compare.process_pairs import world_size
 from divergence.errors import CorruptRunError
 from divergence.report.terminal import key_value_table
-from divergence.store.run import Run
+from divergence.store.names import flatten
+from divergence.store.run import Run, world_size
 from divergence.store.schema import KIND_VALUES, Kind
 from divergence.wording import counted
 

@@ -205,3 +205,20 @@ def single_process(path: str | Path) -> RunFile:
             hint="pass one run file, e.g. RUN/rank0.h5",
         )
     return run.processes[0].load()
+
+
+def world_size(run: Run) -> int | None:
+    """The recorded world size (metadata of the first readable rank file), if any."""
+    for process in run.processes:
+        if process.rank is None:
+            continue
+        try:
+            meta = read_meta(process.path)
+        except Exception:  # a damaged file: ask the next rank
+            continue
+        size = (meta.get("distributed") or {}).get("world_size") or meta.get("env", {}).get(
+            "WORLD_SIZE"
+        )
+        if size is not None:
+            return int(size)
+    return None
