@@ -41,6 +41,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "divergence.hunt": BOTH,  # records, compares, reports
     "divergence.cli": (*BOTH, "divergence.frameworks", "divergence.hunt"),
 }
+# what a module outside compare may import from it: the package (its entry points) and the
+# results it hands out; the rest is how it reaches them
+COMPARE_API = ("divergence.compare", "divergence.compare.model", "divergence.compare.show")
 # a framework (top-level module name) -> the only prefix that may import it
 FRAMEWORKS = {
     "torch": "divergence.frameworks.torch",
@@ -156,6 +159,17 @@ def wrong_way(found: dict[str, Path], edges: list[Edge]) -> list[str]:
     return lines
 
 
+def into_compare(found: dict[str, Path], edges: list[Edge]) -> list[str]:
+    """``file:line: importer -> imported`` for each import of compare's insides from outside."""
+    return [
+        f"{found[source].relative_to(PACKAGE.parent)}:{line}: {source} -> {target}"
+        for source, target, line in edges
+        if within(target, ["divergence.compare"])
+        and not within(source, ["divergence.compare"])
+        and target not in COMPARE_API
+    ]
+
+
 def test_no_import_circles() -> None:
     found, edges = graph()
     inner = [e for e in edges if e[1] in found]
@@ -179,8 +193,15 @@ def test_imports_point_down_the_layers() -> None:
     assert not report, "imports against the layers:\n" + "\n".join(report)
 
 
+def test_only_compares_entry_points_and_results_are_imported_from_outside_it() -> None:
+    found, edges = graph()
+    report = into_compare(found, edges)
+    allowed = ", ".join(COMPARE_API)
+    assert not report, f"imports of compare's insides (only {allowed}):\n" + "\n".join(report)
+
+
 def test_the_layer_table_names_modules_that_are_there() -> None:
-    named = {p for row, allowed in LAYERS.items() for p in (row, *allowed)}
+    named = {p for row, allowed in LAYERS.items() for p in (row, *allowed)} | set(COMPARE_API)
     missing = sorted(named - set(modules()))
     assert not missing, f"LAYERS names modules that are not there: {', '.join(missing)}"
 
@@ -208,4 +229,10 @@ def test_the_walk_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
     assert [line.split(" (")[0].split(": ")[1] for line in wrong_way(paths, edges)] == [
         "divergence.compare.x -> divergence.record.session",
         "divergence.compare.x -> torch.nn",
+    ]
+    outside = [("divergence.report.y", t, 1) for t in ("divergence.compare", *found)]
+    paths["divergence.report.y"] = PACKAGE / "report" / "y.py"
+    assert [line.split(": ")[1] for line in into_compare(paths, outside)] == [
+        "divergence.report.y -> divergence.compare.engine",
+        "divergence.report.y -> divergence.compare.x",
     ]
