@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from divergence.compare.evidence import Evidence
@@ -328,7 +329,8 @@ class Comparison:
     environment: tuple[EnvDifference, ...]
     processes: tuple[ProcessComparison, ...]
     notes: tuple[str, ...] = ()
-    ranks: Mapping[Role, tuple[str, ...]] = field(default_factory=dict)  # role -> process keys
+    # role -> process keys
+    ranks: Mapping[Role, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     picture: tuple[str, ...] = ()  # the per-rank story, one line a role
     other_scripts: bool = False  # compared with --other-scripts: show needs it too
 

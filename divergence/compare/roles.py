@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason, Role
 from divergence.store.schema import RECEIVE, Kind, message_direction, message_peer
@@ -52,7 +53,7 @@ def place_ranks(comparison: Comparison) -> Comparison:
     placed = replace(
         comparison,
         processes=tuple(processes),
-        ranks={role: tuple(keys) for role, keys in ranks.items()},
+        ranks=MappingProxyType({role: tuple(keys) for role, keys in ranks.items()}),
     )
     picture = tuple(_picture_line(placed, role) for role in Role if role in placed.ranks)
     return replace(placed, picture=picture)
