@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from divergence.compare.model import Divergence
+from divergence.compare.model import Divergence, Facts
 from divergence.compare.records import string_ids
 from divergence.store.reader import RunFile
 from divergence.store.schema import LOADER_SEED, Kind, Phase, Status
@@ -23,42 +23,46 @@ def layout(divergence: Divergence) -> str:
 TF_SEED_CALLS = {"tf.random.set_seed", "keras.utils.set_random_seed"}  # set TF's global seed
 
 
-def run_facts(meta: dict[str, object]) -> dict[str, str]:
-    """What every divergence in a run shares: its device, framework, str hashing and seeds."""
+def run_facts(meta: dict[str, object]) -> Facts:
+    """What every divergence in a run shares: its device, framework, str hashing and seeds.
+
+    >>> run_facts({"framework": "torch", "env": {"PYTHONHASHSEED": "0"}}).known()
+    {'device': 'cpu', 'framework': 'torch', 'str_hash': 'fixed'}
+    """
     devices, env = meta.get("devices"), meta.get("env")
     cuda = isinstance(devices, dict) and bool(devices.get("cuda"))
     # Unset (or "random"), each process draws its own secret for str and bytes hashes.
     hash_seed = env.get("PYTHONHASHSEED", "") if isinstance(env, dict) else ""
-    facts = {
-        "device": "cuda" if cuda else "cpu",
-        "framework": str(meta.get("framework", "")),
-        "str_hash": "random" if hash_seed in ("", "random") else "fixed",
-    }
-    calls = _seed_calls(meta)
-    if facts["framework"] == "tensorflow":  # keras.utils.set_random_seed calls set_seed
+    framework, calls, global_seed = str(meta.get("framework", "")), _seed_calls(meta), ""
+    if framework == "tensorflow":  # keras.utils.set_random_seed calls set_seed
         seeded = bool(TF_SEED_CALLS & set(calls)) or meta.get("tf_global_seed") is not None
-        facts["global_seed"] = "set" if seeded else "unset"
+        global_seed = "set" if seeded else "unset"
     config = meta.get("record_config")
     filtered = isinstance(config, dict) and bool(config.get("include") or config.get("exclude"))
     # a hunt's zoom chose its globs from a divergence: no caveat
-    if filtered and isinstance(config, dict) and not config.get("zoom"):
-        facts["filters"] = "globs"  # compare refuses runs recorded with other globs
-    return facts
+    zoomed = isinstance(config, dict) and config.get("zoom")
+    return Facts(
+        device="cuda" if cuda else "cpu",
+        framework=framework,
+        str_hash="random" if hash_seed in ("", "random") else "fixed",
+        global_seed=global_seed,
+        filters="globs" if filtered and not zoomed else "",  # compare refuses other globs
+    )
 
 
-def loader_facts(meta_a: dict[str, object], meta_b: dict[str, object]) -> dict[str, str]:
+def loader_facts(meta_a: dict[str, object], meta_b: dict[str, object]) -> Facts:
     """``loader_seed``: ``seeded`` when both runs' DataLoaders drew their epoch seeds from
     generators of their own, ``one run`` when only one did (the other shuffles with torch's
     global generator); nothing when neither did.
 
     >>> own = {"seeds": [{"call": LOADER_SEED, "seed": "7", "step": 0}]}
-    >>> loader_facts(own, own), loader_facts({}, own), loader_facts({}, {})
+    >>> loader_facts(own, own).known(), loader_facts({}, own).known(), loader_facts({}, {}).known()
     ({'loader_seed': 'seeded'}, {'loader_seed': 'one run'}, {})
     """
     own = [LOADER_SEED in _seed_calls(meta) for meta in (meta_a, meta_b)]
     if not any(own):
-        return {}
-    return {"loader_seed": "seeded" if all(own) else "one run"}
+        return Facts()
+    return Facts(loader_seed="seeded" if all(own) else "one run")
 
 
 def _seed_calls(meta: dict[str, object]) -> list[object]:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from divergence.compare.evidence import Evidence
@@ -27,6 +28,16 @@ class Reason(StrEnum):
     VALUE = "value"
     STRUCTURE = "structure"
     LENGTH = "length"
+
+
+class Role(StrEnum):
+    """A rank's part in how a multi-process run diverged (compare/roles.py says which)."""
+
+    FIRST = "diverged first"
+    FOLLOWED = "followed"
+    COMMUNICATION = "communication"
+    INCOMPLETE = "incomplete"
+    IDENTICAL = "identical"
 
 
 @dataclass(frozen=True)
@@ -304,7 +315,7 @@ class ProcessComparison:
     rng_differences: tuple[str, ...] = ()
     # settings records that differ where no tensor did: "AdamW.group0 (step 0)"
     settings_differences: tuple[str, ...] = ()
-    role: str = ""  # multi-rank runs: see compare/roles.py ROLES
+    role: Role | None = None  # multi-rank runs: see compare/roles.py
     role_text: str = ""
     # "run A (pid1.h5): <reason>" for each file whose recording stopped early (its end says why)
     recording_stopped: tuple[str, ...] = ()
@@ -318,7 +329,8 @@ class Comparison:
     environment: tuple[EnvDifference, ...]
     processes: tuple[ProcessComparison, ...]
     notes: tuple[str, ...] = ()
-    ranks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # role -> process keys
+    # role -> process keys
+    ranks: Mapping[Role, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     picture: tuple[str, ...] = ()  # the per-rank story, one line a role
     other_scripts: bool = False  # compared with --other-scripts: show needs it too
 
@@ -331,7 +343,7 @@ class Comparison:
             (
                 p.first.unreadable,
                 p.first.sort_key,
-                p.role == "followed",  # compare/roles.py FOLLOWED
+                p.role == Role.FOLLOWED,
                 p.complete_a and p.complete_b,
                 i,
                 p.first,

@@ -52,7 +52,7 @@ def explain_origin(
     kind, step = Kind(records["kind"][row]), divergence.step
     same_step = np.arange(step_bounds(records, row)[0], row)
     previous = describe(run, int(same_step[-1])) if same_step.size else "the start of the step"
-    facts = replace(divergence.facts, **run_facts(run.meta), layout=layout(divergence))
+    facts = replace(run_facts(run.meta).filled(divergence.facts), layout=layout(divergence))
     if facts.framework == "torch" and records["algo"][row] == Algorithm.XXH3_64:
         facts = replace(facts, device="cpu")  # hashed on the host: a CPU tensor, even on a GPU host
     if divergence.phase == Phase.INIT:

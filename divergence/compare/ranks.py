@@ -23,7 +23,6 @@ from divergence.compare.model import (
     Comparison,
     Divergence,
     EnvDifference,
-    Facts,
     ProcessComparison,
     Reason,
 )
@@ -177,7 +176,7 @@ def _compare_pair(
             first = explain_collective(first, file_a)
         first = caveat_unseen_state(first, file_a)
         # filled where missing: a value divergence has them already
-        first = replace(first, facts=first.facts.filled(Facts(**run_facts(file_a.meta))))
+        first = replace(first, facts=first.facts.filled(run_facts(file_a.meta)))
         if resume is not None:
             first = first.with_facts(resume="continued")
         first = classify(first, causal_differences(environment, resume))

@@ -19,17 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
-from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason
+from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason, Role
 from divergence.store.schema import RECEIVE, Kind, message_direction, message_peer
 from divergence.wording import counted
 
-FIRST, FOLLOWED, COMMUNICATION = "diverged first", "followed", "communication"
-INCOMPLETE, IDENTICAL = "incomplete", "identical"
-ROLES = (FIRST, FOLLOWED, COMMUNICATION, INCOMPLETE, IDENTICAL)
 LISTED = 8  # ranks named per role in the picture; the rest are counted
 # a rank's role, its text, and its first divergence as the role tells it
-Placed = tuple[str, str, Divergence | None]
+Placed = tuple[Role, str, Divergence | None]
 
 
 def place_ranks(comparison: Comparison) -> Comparison:
@@ -45,7 +43,7 @@ def place_ranks(comparison: Comparison) -> Comparison:
     unread = [p.process for p in comparison.processes if p.first and p.first.unreadable]
     firsts = {p.process: p.first for p in comparison.processes}
     processes = list(comparison.processes)
-    ranks: dict[str, list[str]] = {}
+    ranks: dict[Role, list[str]] = {}
     for i, p in enumerate(processes):
         role, text, first = _message_role(p, firsts) or _role(p, earliest_local, origins, unread)
         processes[i] = replace(p, role=role, role_text=text, first=first)
@@ -55,14 +53,14 @@ def place_ranks(comparison: Comparison) -> Comparison:
     placed = replace(
         comparison,
         processes=tuple(processes),
-        ranks={role: tuple(keys) for role, keys in ranks.items()},
+        ranks=MappingProxyType({role: tuple(keys) for role, keys in ranks.items()}),
     )
-    picture = tuple(_picture_line(placed, role) for role in ROLES if role in placed.ranks)
+    picture = tuple(_picture_line(placed, role) for role in Role if role in placed.ranks)
     return replace(placed, picture=picture)
 
 
 def _first_to_stop(
-    processes: list[ProcessComparison], ranks: dict[str, list[str]], which: str
+    processes: list[ProcessComparison], ranks: dict[Role, list[str]], which: str
 ) -> None:
     """Where every other rank of run ``which`` that stopped early ended on an exception a
     collective raises when its peer vanished, the killed ranks (their files not closed) with
@@ -70,7 +68,7 @@ def _first_to_stop(
     ranks. Without that evidence nothing is said: the launcher's SIGTERM also leaves files
     unclosed, and a slow rank it ended has fewer steps than the one that crashed."""
     side = _Side(which)
-    stopped = [p for p in processes if p.role == INCOMPLETE]
+    stopped = [p for p in processes if p.role == Role.INCOMPLETE]
     readable = [p for p in stopped if not (p.first and p.first.unreadable) and side.steps(p)]
     killed = [p for p in readable if not side.complete(p)]
     if not killed:
@@ -91,7 +89,7 @@ def _first_to_stop(
         else:
             continue
         processes[i] = replace(p, role_text=p.role_text + more)
-    ranks[INCOMPLETE] = leading + [k for k in ranks[INCOMPLETE] if k not in leading]
+    ranks[Role.INCOMPLETE] = leading + [k for k in ranks[Role.INCOMPLETE] if k not in leading]
 
 
 @dataclass(frozen=True)
@@ -133,7 +131,7 @@ def _message_role(p: ProcessComparison, firsts: dict[str, Divergence | None]) ->
         return None
     where = f"step {d.step}, {d.phase}: {d.label}"
     if d.facts.collective in ("any_source", "other_sender"):
-        return COMMUNICATION, where, d  # from another sender: see origin_collective.py
+        return Role.COMMUNICATION, where, d  # from another sender: see origin_collective.py
     sender = _sender(d)
     if sender is None or sender not in firsts:
         return None  # a rank of another group, or one not compared
@@ -146,14 +144,14 @@ def _message_role(p: ProcessComparison, firsts: dict[str, Divergence | None]) ->
             f"{message}: {sender}'s first difference is a message from this rank in the same "
             "step; which of the two parted first is not recorded"
         )
-        return COMMUNICATION, where, replace(d, origin=None, origin_text=text)
+        return Role.COMMUNICATION, where, replace(d, origin=None, origin_text=text)
     if first is not None and first.sort_key <= d.sort_key:
         origin = _origin_upstream(sender, firsts)
         via = sender if origin != sender else ""
         return _followed(d, [origin], "every record before it", via)
     told = None if d.facts.unseen else True  # see caveat_unseen_state
     text = f"{message}: what {sender} sent matched, the tensor received differs"
-    return COMMUNICATION, where, replace(d, origin=told, origin_text=text)
+    return Role.COMMUNICATION, where, replace(d, origin=told, origin_text=text)
 
 
 def _origin_upstream(sender: str, firsts: dict[str, Divergence | None]) -> str:
@@ -189,7 +187,7 @@ def _followed(d: Divergence, origins: list[str], matched: str, sender: str = "")
         f"`{d.location}`{f' from {sender}' if sender else ''}. Fix: look at {origins[0]}'s "
         "divergence",
     )
-    return FOLLOWED, f"step {d.step}, {d.phase}: {d.label} (received from {source})", d
+    return Role.FOLLOWED, f"step {d.step}, {d.phase}: {d.label} (received from {source})", d
 
 
 def _sender(d: Divergence) -> str | None:
@@ -223,12 +221,16 @@ def _role(
 ) -> Placed:
     d = p.first
     if d is None:
-        return (IDENTICAL, "", d) if p.complete_a and p.complete_b else (INCOMPLETE, _ended(p), d)
+        return (
+            (Role.IDENTICAL, "", d)
+            if p.complete_a and p.complete_b
+            else (Role.INCOMPLETE, _ended(p), d)
+        )
     where = f"step {d.step}, {d.phase}: {d.label}"
     if d.reason == Reason.LENGTH:
-        return INCOMPLETE, _ended(p) or d.origin_text, d
+        return Role.INCOMPLETE, _ended(p) or d.origin_text, d
     if not _received(d):
-        return FIRST, where, d
+        return Role.FIRST, where, d
     if earliest_local is not None and earliest_local <= d.sort_key:
         return _followed(d, origins, "this rank's inputs")
     if unread:
@@ -242,7 +244,7 @@ def _role(
             f"{', '.join(unread)} cannot be read, and its inputs may be where the difference "
             "started. Fix: record the run again to read every rank",
         )
-        return FIRST, where, d
+        return Role.FIRST, where, d
     d = replace(d, origin=None if d.facts.unseen else True)  # see caveat_unseen_state
     if d.facts.collective != "other_op" and not d.facts.unseen:
         d = replace(
@@ -250,7 +252,7 @@ def _role(
             origin_text=f"in the communication of `{d.location}`: every rank's inputs matched, "
             f"{_result(d)} differs",
         )
-    return COMMUNICATION, where, d
+    return Role.COMMUNICATION, where, d
 
 
 def _result(d: Divergence) -> str:
@@ -271,9 +273,9 @@ def _ended(p: ProcessComparison) -> str:
     return "; ".join(states) if not (p.complete_a and p.complete_b) else ""
 
 
-def _picture_line(comparison: Comparison, role: str) -> str:
+def _picture_line(comparison: Comparison, role: Role) -> str:
     keys = comparison.ranks[role]
-    if role == IDENTICAL:
+    if role == Role.IDENTICAL:
         return f"identical: {rank_ranges(keys)}"
     details = {p.process: p.role_text for p in comparison.processes}
     named = [f"{k} ({details[k]})" if details.get(k) else k for k in keys[:LISTED]]

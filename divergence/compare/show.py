@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,10 +23,13 @@ from divergence.store.reader import RunFile, matching_rows
 from divergence.store.run import single_process
 from divergence.store.schema import Kind
 
+if TYPE_CHECKING:
+    from divergence.compare.numeric import NumericDiff
+
 Key = tuple[int, str, str, str, int, int]  # step, phase, kind, name, slot, occurrence
 
 
-@dataclass
+@dataclass(frozen=True)
 class Shown:
     """One record of run A and its counterpart in run B (when compared: either can be missing)
     with their numeric diff."""
@@ -36,7 +39,7 @@ class Shown:
     compared: bool = False
     dumped: bool = False
     note: str = ""
-    numeric: Any = None  # compare.numeric.NumericDiff
+    numeric: NumericDiff | None = None
     # the k-th of n records of its probe in the step as (k, n), for an op called n times: the
     # compare report's "call k of n"; None for a probe recorded once
     occurrence: tuple[int, int] | None = None
@@ -109,21 +112,16 @@ def show_probes(
                 hint=f"its steps are {int(steps[0])}..{int(steps[-1])}",
             )
     keys_a = _keys(file_a, step)
-    shown = [_shown(file_a, row) for row in rows]
     totals = Counter(key[:5] for key in keys_a.values())
-    for item, row in zip(shown, rows, strict=True):
-        key = keys_a[row]
-        if totals[key[:5]] > 1:
-            item.occurrence = (key[5] + 1, totals[key[:5]])
+    index_b = _keyed(file_b, step) if file_b is not None else {}
+    shown: list[Shown] = []
+    for index, row in enumerate(rows):
+        key, a = keys_a[row], probe_at(file_a, row)
+        b, numeric = _counterpart(file_a, row, a, file_b, index_b.get(key), index < limit)
+        count = totals[key[:5]]
+        occurrence = (key[5] + 1, count) if count > 1 else None
+        shown.append(_shown(file_a, row, a, b, file_b is not None, numeric, occurrence))
     if file_b is not None:
-        index_b = _keyed(file_b, step)
-        for index, (item, row) in enumerate(zip(shown, rows, strict=True)):
-            item.compared = True
-            row_b = index_b.get(keys_a[row])
-            if row_b is not None:
-                item.b = probe_at(file_b, row_b)
-                if index < limit:
-                    item.numeric = _numeric(file_a, row, file_b, row_b, item.probe.dtype)
         shown += _only_in_b(file_b, step, pattern, set(keys_a.values()))
     if not shown:
         raise UsageError(
@@ -134,25 +132,45 @@ def show_probes(
     return shown
 
 
-def _shown(file: RunFile, row: int, only_in_b: bool = False) -> Shown:
-    """Run A's record ``row`` (or run B's, with ``only_in_b``), with its note: an op's call,
-    or a detail of the record."""
-    probe = probe_at(file, row)
-    item = Shown(None, probe, compared=True) if only_in_b else Shown(probe)
-    item.dumped = row in file.dumped_rows
+def _counterpart(
+    file_a: RunFile, row: int, a: Probe, file_b: RunFile | None, row_b: int | None, diff: bool
+) -> tuple[Probe | None, NumericDiff | None]:
+    """Run B's record ``row_b`` paired with run A's ``row`` (probe ``a``), and their numeric
+    diff where ``diff``; nothing without one."""
+    if file_b is None or row_b is None:
+        return None, None
+    return probe_at(file_b, row_b), _numeric(file_a, row, file_b, row_b, a.dtype) if diff else None
+
+
+def _shown(
+    file: RunFile,
+    row: int,
+    a: Probe | None,
+    b: Probe | None = None,
+    compared: bool = False,
+    numeric: NumericDiff | None = None,
+    occurrence: tuple[int, int] | None = None,
+) -> Shown:
+    """Record ``row`` of ``file`` (run A's ``a``, or run B's ``b`` where ``a`` is None), with
+    its note: an op's call, or a detail of the record."""
     r = file.records[row]
-    if not r["status"] and r["note"]:
-        item.note = file.strings[r["note"]]
-    if r["kind"] == Kind.OP_OUTPUT:
-        item.replay_call = replay_call(file, row)
-    return item
+    return Shown(
+        a,
+        b,
+        compared,
+        dumped=row in file.dumped_rows,
+        note=file.strings[r["note"]] if not r["status"] and r["note"] else "",
+        numeric=numeric,
+        occurrence=occurrence,
+        replay_call=replay_call(file, row) if r["kind"] == Kind.OP_OUTPUT else None,
+    )
 
 
 def _only_in_b(file_b: RunFile, step: int, pattern: str, keys_a: set[Key]) -> list[Shown]:
     """Run B's records of ``step`` matching ``pattern`` that run A lacks."""
     keys_b = _keys(file_b, step)
     rows = [row for row in matching_rows(file_b, step, pattern) if keys_b[row] not in keys_a]
-    return [_shown(file_b, row, only_in_b=True) for row in rows]
+    return [_shown(file_b, row, None, probe_at(file_b, row), compared=True) for row in rows]
 
 
 def _keys(file: RunFile, step: int) -> dict[int, Key]:
@@ -173,7 +191,7 @@ def _keyed(file: RunFile, step: int) -> dict[Key, int]:
     return {key: row for row, key in _keys(file, step).items()}
 
 
-def _numeric(a: RunFile, row_a: int, b: RunFile, row_b: int, dtype: str) -> Any:
+def _numeric(a: RunFile, row_a: int, b: RunFile, row_b: int, dtype: str) -> NumericDiff | None:
     dumped_a, dumped_b = a.tensor(row_a), b.tensor(row_b)
     if dumped_a is None or dumped_b is None or dumped_a[0].shape != dumped_b[0].shape:
         return None

@@ -59,7 +59,7 @@ def value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
         numeric=_numeric(a, b, row, pa),
     )
     divergence = explain_origin(divergence, a, row, b)
-    divergence = divergence.with_facts(**loader_facts(a.meta, b.meta))
+    divergence = divergence.with_facts(**loader_facts(a.meta, b.meta).known())
     return explain_modes(divergence, a, b, row)
 
 

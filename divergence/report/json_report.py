@@ -25,7 +25,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "environment_differences": [asdict(e) for e in comparison.environment],
         "processes": [process_json(p) for p in comparison.processes],
         # role -> process keys (multi-process runs)
-        "ranks": {role: list(keys) for role, keys in comparison.ranks.items()},
+        "ranks": {role.value: list(keys) for role, keys in comparison.ranks.items()},
         "picture": list(comparison.picture),
         "notes": list(comparison.notes),
         # diverge show / replay at the first divergence (report/commands.py)
@@ -71,7 +71,7 @@ def process_json(p: ProcessComparison) -> dict[str, Any]:
         "propagation": (
             {**asdict(p.propagation), "healed": p.propagation.healed} if p.propagation else None
         ),
-        "role": p.role,
+        "role": p.role.value if p.role else "",
         "role_text": p.role_text,
         "settings_differences": list(p.settings_differences),
         # one run resumed the other's training: {"run": "B", "at_step": 4, "parameters": 4,

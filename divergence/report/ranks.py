@@ -34,7 +34,9 @@ def processes_table(c: Comparison) -> Table:
         table.add_column(column, overflow="fold")
     shown = sorted(c.processes, key=lambda p: p.first is None)[:ROWS]  # stable: rank order
     for p in shown:
-        table.add_row(p.process, p.role or "-", _steps(p, "A"), _steps(p, "B"), _first(p))
+        table.add_row(
+            p.process, p.role.value if p.role else "-", _steps(p, "A"), _steps(p, "B"), _first(p)
+        )
     if len(c.processes) > ROWS:
         table.add_row(f"... {len(c.processes) - ROWS} more (see --json)", "", "", "", "")
     return table

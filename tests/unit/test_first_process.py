@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason
+from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason, Role
 from divergence.store.schema import Kind, Phase
 
 
-def process(name: str, step: int, complete: bool, role: str = "") -> ProcessComparison:
+def process(name: str, step: int, complete: bool, role: Role | None = None) -> ProcessComparison:
     first = Divergence(Reason.LENGTH, name, step, Phase.FORWARD, Kind.OUTPUT, "fc", 0)
     path = Path(name)
     return ProcessComparison(name, path, path, 10, 6, 6, True, complete, first, None, role=role)
@@ -35,7 +35,7 @@ def test_the_earliest_step_still_leads() -> None:
 def test_a_rank_that_followed_comes_after_the_one_it_followed() -> None:
     """Both ranks first differ in step 2's communication: rank1 passed other values to the
     all-reduce, rank0 only received them; rank1 leads."""
-    follower = process("rank0", 2, True, role="followed")
-    origin = process("rank1", 2, True, role="diverged first")
+    follower = process("rank0", 2, True, role=Role.FOLLOWED)
+    origin = process("rank1", 2, True, role=Role.FIRST)
     first = comparison(follower, origin).first
     assert first is not None and first.process == "rank1"

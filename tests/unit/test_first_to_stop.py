@@ -11,6 +11,7 @@ import h5py
 import pytest
 
 from divergence.compare import compare_runs
+from divergence.compare.model import Role
 from divergence.fingerprint import Fingerprint
 from divergence.record.config import RecordConfig
 from divergence.record.session import Session
@@ -60,10 +61,10 @@ def test_the_killed_rank_is_named_as_the_first_to_stop(
     b = _job(tmp_path / "b", peer, _rank(tmp_path / "killed", 3, killed=True))
     comparison = compare_runs(a, b)
     rank0, rank1 = comparison.processes
-    assert (rank0.role, rank1.role) == ("incomplete", "incomplete")
+    assert (rank0.role, rank1.role) == (Role.INCOMPLETE, Role.INCOMPLETE)
     assert ("the first of run B's ranks to stop: killed or crashed" in rank1.role_text) is told
     assert ("stopped after rank1 in run B: a collective lost its peer" in rank0.role_text) is told
-    assert comparison.ranks["incomplete"] == (("rank1", "rank0") if told else ("rank0", "rank1"))
+    assert comparison.ranks[Role.INCOMPLETE] == (("rank1", "rank0") if told else ("rank0", "rank1"))
 
 
 @pytest.mark.parametrize("peer", ["sigterm", "missing"])

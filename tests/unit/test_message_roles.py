@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from divergence.compare import compare_runs
-from divergence.compare.model import Comparison
+from divergence.compare.model import Comparison, Role
 from divergence.fingerprint import Fingerprint
 from divergence.record.config import RecordConfig
 from divergence.record.session import Session
@@ -59,7 +59,7 @@ def _compare(tmp_path: Path, changes: dict[int, dict[str, str]], ranks: int = 3)
     return compare_runs(_job(tmp_path, "a", {}, ranks), _job(tmp_path, "b", changes, ranks))
 
 
-def _roles(comparison: Comparison) -> dict[str, str]:
+def _roles(comparison: Comparison) -> dict[str, Role | None]:
     return {p.process: p.role for p in comparison.processes}
 
 
@@ -73,9 +73,9 @@ def test_a_receiver_follows_the_rank_that_sent_it_a_difference(tmp_path: Path) -
     changed = {"recv#0": "", "stage": "", "send#0": ""}
     comparison = _compare(tmp_path, {0: {"stage": "", "send#0": ""}, 1: changed, 2: {"recv#0": ""}})
     assert _roles(comparison) == {
-        "rank0": "diverged first",
-        "rank1": "followed",
-        "rank2": "followed",
+        "rank0": Role.FIRST,
+        "rank1": Role.FOLLOWED,
+        "rank2": Role.FOLLOWED,
     }
     texts = {p.process: p.role_text for p in comparison.processes}
     assert texts["rank1"].endswith("(received from rank0)")
@@ -99,7 +99,7 @@ def test_a_message_from_another_sender_is_the_communication(
 ) -> None:
     """From any rank, the sender that came first; named by ``src=``, the program's order."""
     comparison = _compare(tmp_path, {1: {"recv#0": note}})
-    assert _roles(comparison)["rank1"] == "communication"
+    assert _roles(comparison)["rank1"] == Role.COMMUNICATION
     first = _first(comparison, "rank1")
     assert first.origin is True  # type: ignore[attr-defined]
     said = f"from rank0 in run A and from rank2 in run B ({how})"
@@ -112,9 +112,9 @@ def test_a_message_whose_sender_matched_differs_in_the_communication(tmp_path: P
     changed = {"recv#0": "", "stage": "", "send#0": ""}
     comparison = _compare(tmp_path, {1: changed, 2: {"recv#0": ""}})
     assert _roles(comparison) == {
-        "rank0": "identical",
-        "rank1": "communication",
-        "rank2": "followed",
+        "rank0": Role.IDENTICAL,
+        "rank1": Role.COMMUNICATION,
+        "rank2": Role.FOLLOWED,
     }
     first = _first(comparison, "rank1")
     assert first.origin is True  # type: ignore[attr-defined]
@@ -125,7 +125,7 @@ def test_messages_to_each_other_in_one_step_leave_the_origin_open(tmp_path: Path
     """Two ranks whose first differences are the messages they sent each other in one step:
     neither can be said to have parted first (each would otherwise follow the other)."""
     comparison = _compare(tmp_path, {0: {"recv#0": ""}, 1: {"recv#0": ""}}, ranks=2)
-    assert _roles(comparison) == {"rank0": "communication", "rank1": "communication"}
+    assert _roles(comparison) == {"rank0": Role.COMMUNICATION, "rank1": Role.COMMUNICATION}
     for rank, other in (("rank0", "rank1"), ("rank1", "rank0")):
         first = _first(comparison, rank)
         assert first.origin is None  # type: ignore[attr-defined]
