@@ -177,6 +177,18 @@ class Divergence:
     # the step, forward and backward, from 0
     replay_call: int | None = None
 
+    @classmethod
+    def at(
+        cls, reason: Reason, process: str, a: Probe, b: Probe | None, **details: Any
+    ) -> Divergence:
+        """A divergence placed at run A's record ``a`` (run B's there: ``b``).
+
+        >>> p = Probe(3, 1, Phase.FORWARD, Kind.OUTPUT, "fc", 0, "float32", (2,), 7)
+        >>> Divergence.at(Reason.VALUE, "rank0", p, p).label
+        'output of fc'
+        """
+        return cls(reason, process, a.step, a.phase, a.kind, a.name, a.slot, a, b, **details)
+
     def with_facts(self, **facts: str) -> Divergence:
         """This divergence with ``facts`` set."""
         return replace(self, facts=replace(self.facts, **facts))

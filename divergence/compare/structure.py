@@ -56,18 +56,7 @@ def structure_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergen
         f"run A next recorded {pa.label} ({pa.phase}, step {pa.step}) where run B recorded "
         f"{pb.label} ({pb.phase}, step {pb.step}): the runs took different code paths"
     )
-    return Divergence(
-        Reason.STRUCTURE,
-        key,
-        pa.step,
-        pa.phase,
-        pa.kind,
-        pa.name,
-        pa.slot,
-        pa,
-        pb,
-        origin_text=text,
-    )
+    return Divergence.at(Reason.STRUCTURE, key, pa, pb, origin_text=text)
 
 
 def _synced_in_one_run(key: str, a: RunFile, b: RunFile, row: int) -> Divergence | None:

@@ -44,14 +44,9 @@ def initial_value_first(records: np.ndarray, differs: np.ndarray, first: int, no
 
 def value_divergence(key: str, a: RunFile, b: RunFile, row: int) -> Divergence:
     pa, pb = probe_at(a, row), probe_at(b, row)
-    divergence = Divergence(
+    divergence = Divergence.at(
         Reason.VALUE,
         key,
-        pa.step,
-        pa.phase,
-        pa.kind,
-        pa.name,
-        pa.slot,
         pa,
         pb,
         occurrence=occurrence(a, row),

@@ -18,16 +18,19 @@ def _progress(handshake: Path, steps: int = 3) -> None:
     (handshake / "101.progress").write_text(json.dumps(status))
 
 
+def _ticks(handshake: Path, monkeypatch: pytest.MonkeyPatch, live: bool) -> None:
+    """The progress loop for 0.3 s, reporting every 0.05 s."""
+    monkeypatch.setattr(launcher, "LIVE_EVERY" if live else "LOGGED_EVERY", 0.05)
+    _progress(handshake)
+    done = threading.Event()
+    threading.Timer(0.3, done.set).start()
+    launcher._progress_loop(handshake, done, live)
+
+
 def test_a_log_gets_a_progress_line_every_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(launcher, "LOGGED_EVERY", 0.05)
-    _progress(tmp_path)
-    done = threading.Event()
-    ticker = threading.Thread(target=launcher._progress_loop, args=(tmp_path, done, False))
-    ticker.start()
-    threading.Timer(0.3, done.set).start()
-    ticker.join()
+    _ticks(tmp_path, monkeypatch, live=False)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) >= 2, lines
     assert lines[0].startswith(
@@ -38,11 +41,7 @@ def test_a_log_gets_a_progress_line_every_interval(
 def test_a_terminal_gets_one_line_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(launcher, "LIVE_EVERY", 0.05)
-    _progress(tmp_path)
-    done = threading.Event()
-    threading.Timer(0.3, done.set).start()
-    launcher._progress_loop(tmp_path, done, True)
+    _ticks(tmp_path, monkeypatch, live=True)
     err = capsys.readouterr().err
     assert "\n" not in err and err.startswith("\rdiverge: 3 steps, 1,200 records")
 
