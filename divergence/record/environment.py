@@ -16,19 +16,20 @@ import socket
 import sys
 from typing import Any
 
-from divergence.store.environment import matters
+from divergence.store.environment import matters, redacted
 from divergence.version import __version__
 
 
 def interesting_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that matter for bit-exactness, sorted by name.
+    """The environment variables that matter for bit-exactness (an allowlist), sorted by name,
+    credentials in their values redacted.
 
     >>> interesting_environment({"TF_DETERMINISTIC_OPS": "1", "TF_CLI_CONFIG_FILE": "~/.tfrc",
     ...     "NCCL_ALGO": "Ring", "HOROVOD_AUTH_KEY": "x", "HOME": "/root"})
     {'NCCL_ALGO': 'Ring', 'TF_DETERMINISTIC_OPS': '1'}
     """
     environ = dict(os.environ if environ is None else environ)
-    keep = {k: v for k, v in environ.items() if matters(k)}
+    keep = {k: redacted(v) for k, v in environ.items() if matters(k)}
     return dict(sorted(keep.items()))
 
 
