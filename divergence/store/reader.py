@@ -67,7 +67,7 @@ class RunFile:
     def open(cls, path: str | Path) -> RunFile:
         path = Path(path)
         try:
-            with h5py.File(path, "r") as file:
+            with open_hdf5(path) as file:
                 return cls._read(path, file)
         except (NotARunError, IncompatibleVersionError, CorruptRunError):
             raise
@@ -214,7 +214,7 @@ class RunFile:
         if row not in self.dumped_rows:
             return None
         stored = row if self.source_rows is None else int(self.source_rows[row])
-        with h5py.File(self.path, "r") as file:
+        with open_hdf5(self.path) as file:
             dataset = file[TENSORS][str(stored)]
             return dataset[()], str(dataset.attrs["dtype"])
 
@@ -266,13 +266,29 @@ def matching_rows(file: RunFile, step: int, pattern: str) -> list[int]:
     return [int(r) for r in rows if records["name"][r] in wanted]
 
 
+def open_hdf5(path: Path) -> h5py.File:
+    """``path`` opened read-only once it is known to be a regular file: libhdf5 waits forever
+    on a FIFO, and a device is no run file.
+
+    >>> open_hdf5(Path("/dev/null"))
+    Traceback (most recent call last):
+    divergence.errors.CorruptRunError: /dev/null: not a regular file (a FIFO, device or directory)
+    """
+    if path.exists() and not path.is_file():
+        raise CorruptRunError(
+            f"{path}: not a regular file (a FIFO, device or directory)",
+            hint="give the run directory or the .h5 files 'diverge record' wrote",
+        )
+    return h5py.File(path, "r")
+
+
 def _matches(name: str, pattern: str) -> bool:
     return fnmatchcase(name, pattern) or fnmatchcase(name, f"*/{pattern}")
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
     """Only the metadata of a run file (cheap: no records are read)."""
-    with h5py.File(path, "r") as file:
+    with open_hdf5(Path(path)) as file:
         return dict(json.loads(file.attrs.get("meta", "{}")))
 
 

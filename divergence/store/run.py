@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from divergence.errors import RunNotFoundError, UsageError
+from divergence.errors import CorruptRunError, RunNotFoundError, UsageError
 from divergence.store.reader import RunFile, read_meta
 
 RANK_FILE = re.compile(r"^rank(\d+)(?:-pid\d+)?\.h5$")
@@ -53,6 +53,12 @@ class Run:
                 f"{path}: permission denied", hint="the directory must be readable by this user"
             )
         files = sorted(path.glob("*.h5"))
+        for file in files:  # named first, before any pairing of processes
+            if file.exists() and not file.is_file():
+                raise CorruptRunError(
+                    f"{file}: not a regular file (a FIFO, device or directory)",
+                    hint="a run directory holds only the .h5 files 'diverge record' wrote",
+                )
         if not files:
             raise RunNotFoundError(
                 f"{path}: holds no run files (*.h5)",
