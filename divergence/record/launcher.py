@@ -98,7 +98,20 @@ def prepare_output(path: Path, force: bool) -> Path | None:
             )
         aside = path.with_name(f".{path.name}.replaced-{os.getpid()}")
         path.rename(aside)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".diverge-writable-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        if aside is not None:  # the run --force set aside goes back
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            aside.rename(path)
+        raise RecordError(
+            f"{path}: cannot write the run there ({exc.strerror or exc})",
+            hint="choose an -o in a directory you can write to",
+        ) from exc
     return aside
 
 

@@ -1,4 +1,5 @@
-"""What ``diverge record`` says while and after a command runs: progress, and the size on disk."""
+"""What ``diverge record`` says: progress while a command runs, the size on disk, and an output
+it cannot write."""
 
 from __future__ import annotations
 
@@ -55,3 +56,11 @@ def test_a_command_run_with_stderr_not_a_terminal_shows_it_is_alive(
     command = [sys.executable, "-c", "import time; time.sleep(0.6)"]
     assert launcher.run_child(command, dict(os.environ), tmp_path) == 0
     assert "diverge: recording: 7 steps" in capsys.readouterr().err
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    """-o below a file, or in a directory that refuses writes: a RecordError naming it."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(launcher.RecordError, match="file/run: cannot write the run there"):
+        launcher.prepare_output(blocker / "run", force=False)
