@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -16,14 +17,18 @@ import h5py
 import numpy as np
 
 from divergence.errors import CorruptRunError, IncompatibleVersionError, NotARunError
+from divergence.fingerprint import Algorithm
 from divergence.store.schema import (
     FORMAT_MARKER,
     FORMAT_VERSION,
+    KIND_VALUES,
+    PHASE_VALUES,
     RECORD_DTYPE,
     RECORDS,
     STRINGS,
     TENSORS,
     Kind,
+    Status,
     step_end_fp,
 )
 
@@ -112,6 +117,7 @@ class RunFile:
         complete = _complete_prefix(raw, ends)
         ends = ends[ends < complete]
         records = raw[:complete]
+        _check_fields(path, records)
         if records.size and int(_string_ids(records).max()) >= len(strings):
             raise CorruptRunError(
                 f"{path}: records name strings that are missing", hint=HINT_CORRUPT
@@ -264,6 +270,37 @@ def matching_rows(file: RunFile, step: int, pattern: str) -> list[int]:
     names = {i: file.strings[i] for i in np.unique(records["name"][rows])}
     wanted = {i for i, n in names.items() if _matches(n, pattern)}
     return [int(r) for r in rows if records["name"][r] in wanted]
+
+
+def _allowed(values: Iterable[int]) -> np.ndarray:
+    table = np.zeros(256, dtype=bool)
+    table[list(values)] = True
+    return table
+
+
+# the values a recorder writes in each one-byte field; anything else is a flipped byte
+FIELD_VALUES = {
+    "phase": _allowed(PHASE_VALUES),
+    "kind": _allowed(KIND_VALUES),
+    "algo": _allowed(int(a) for a in Algorithm),
+    "status": _allowed(int(s) for s in Status),
+    "dump": _allowed((0, 1)),
+}
+
+
+def _check_fields(path: Path, records: np.ndarray) -> None:
+    """Every record's enum fields hold a value a recorder writes and its step is not negative;
+    else the first damaged record is named (one table lookup per field, no Python loop)."""
+    bad = records["step"] < 0
+    for name, allowed in FIELD_VALUES.items():
+        bad |= ~allowed[records[name]]
+    if bad.any():
+        row = int(np.argmax(bad))
+        r = records[row]
+        fields = ", ".join(f"{n} {r[n]}" for n in ("phase", "kind", "algo", "status", "dump"))
+        raise CorruptRunError(
+            f"{path}: record {row} is damaged ({fields}, step {r['step']})", hint=HINT_CORRUPT
+        )
 
 
 def open_hdf5(path: Path) -> h5py.File:
