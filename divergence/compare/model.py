@@ -345,6 +345,7 @@ class Comparison:
     ranks: Mapping[Role, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     picture: tuple[str, ...] = ()  # the per-rank story, one line a role
     other_scripts: bool = False  # compared with --other-scripts: show needs it too
+    failed_runs: tuple[str, ...] = ()  # "A", "B": the runs whose command ended non-zero
 
     @property
     def first(self) -> Divergence | None:

@@ -86,6 +86,7 @@ def compare_ranks(
         tuple(processes),
         notes,
         other_scripts=other_scripts,
+        failed_runs=tuple(sorted(gathered.failed)),
     )
     if len(comparison.processes) > 1:
         comparison = place_ranks(comparison)
@@ -125,6 +126,7 @@ class _Gathered:
 
     notes: list[str] = field(default_factory=list)
     environment: list[EnvDifference] = field(default_factory=list)
+    failed: set[str] = field(default_factory=set)  # runs whose command ended non-zero
 
     def note(self, *notes: str) -> None:
         self.notes.extend(n for n in dict.fromkeys(notes) if n and n not in self.notes)
@@ -187,6 +189,9 @@ def _compare_pair(
     )
     # the command's exit status is in every file: said once
     gathered.note(*failure_notes([(file_a, file_b)]))
+    gathered.failed.update(
+        which for which, file in (("A", file_a), ("B", file_b)) if file.exit_status
+    )
     # the files go out of scope here: one pair in memory at a time
     return replace(result, first=first, resume=resume, recording_stopped=stopped)
 

@@ -103,8 +103,8 @@ def verdict(c: Comparison) -> Text:
         records = sum(p.records_compared for p in c.processes)
         return Text(
             f"IDENTICAL: {counted(records, 'record')} over {counted(steps, 'step')} match bit "
-            "for bit",
-            style="bold green",
+            f"for bit{_failed_commands(c, ', as far as recorded: ')}",
+            style="bold yellow" if c.failed_runs else "bold green",
         )
     key = note_parts(first.a.note)[0] if first.a is not None else ""
     what = f"{first.kind.label.replace('_', ' ')}{f' ({key})' if key else ''}"
@@ -118,9 +118,24 @@ def verdict(c: Comparison) -> Text:
         )
     return Text(
         f"DIVERGED ({first.reason}) at step {first.step}, {first.phase}: {where}"
-        f"{'' if first.reason != Reason.VALUE else f' [{origin}]'}",
+        f"{'' if first.reason != Reason.VALUE else f' [{origin}]'}"
+        f"{_failed_commands(c, '; ')}",
         style="bold red",
     )
+
+
+def _failed_commands(c: Comparison, lead: str) -> str:
+    """What the verdict adds, after ``lead``, when a run's command failed: the runs match
+    only as far as they were recorded.
+
+    >>> from pathlib import Path
+    >>> _failed_commands(Comparison(Path("a"), Path("b"), (), (), failed_runs=("A", "B")), "; ")
+    '; both commands failed'
+    """
+    if not c.failed_runs:
+        return ""
+    who = "both commands" if len(c.failed_runs) == 2 else f"run {c.failed_runs[0]}'s command"
+    return f"{lead}{who} failed"
 
 
 def section(title: str) -> Text:
