@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from divergence.errors import IncomparableRunsError, UsageError
+from divergence.errors import (
+    CorruptRunError,
+    DivergenceError,
+    IncomparableRunsError,
+    UsageError,
+)
+from divergence.store.reader import DAMAGE_ERRORS, HINT_CORRUPT, read_meta
 from divergence.store.run import Process, Run, world_size
 
 Pair = tuple[str, Process | None, Process | None]
@@ -17,6 +23,7 @@ def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]
         return [(run_a.processes[0].key, run_a.processes[0], run_b.processes[0])]
     a, b = run_a.by_key(), run_b.by_key()
     if set(a) != set(b):
+        _name_a_damaged_file(run_a, run_b)
         only = sorted(set(a) ^ set(b))
         raise IncomparableRunsError(
             f"{run_a.path} and {run_b.path} recorded different processes ({', '.join(only)} in "
@@ -24,6 +31,22 @@ def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]
             hint="compare runs with the same number of processes/ranks",
         )
     return [(key, a[key], b[key]) for key in sorted(a, key=_natural)]
+
+
+def _name_a_damaged_file(*runs: Run) -> None:
+    """Before runs are refused for holding other processes: a file that cannot be read as a
+    run is the first thing wrong, so it is named (a junk ``rank0.h5`` is no rank)."""
+    for run in runs:
+        for process in run.processes:
+            try:
+                read_meta(process.path)
+            except DivergenceError:
+                raise
+            except DAMAGE_ERRORS as exc:
+                raise CorruptRunError(
+                    f"{process.path}: cannot be read as a run file ({type(exc).__name__}: {exc})",
+                    hint=HINT_CORRUPT,
+                ) from exc
 
 
 def _natural(key: str) -> tuple[str, int]:
@@ -45,6 +68,7 @@ def pair_ranks(run_a: Run, run_b: Run, ranks: Sequence[int] | None) -> list[Pair
         return list(pair_processes(run_a, run_b))
     size_a, size_b = world_size(run_a), world_size(run_b)
     if ranks is None and (size_a != size_b or not (_has_ranks(run_a) and _has_ranks(run_b))):
+        _name_a_damaged_file(run_a, run_b)
         raise _different_sizes(run_a, size_a, run_b, size_b)
     a, b = _by_rank(run_a, ranks), _by_rank(run_b, ranks)
     keys = set(a) | set(b) | {f"rank{r}" for r in range(max(size_a or 0, size_b or 0))}
