@@ -8,7 +8,7 @@ from divergence.store.run import Run
 from divergence.store.schema import Kind, Phase
 from tests.harness.cli import compare_json
 from tests.harness.recordings import Recorded, Recording
-from tests.tensorflow.conftest import train_keras, weights
+from tests.tensorflow.conftest import keras_run, train_keras, weights
 
 OP = ("--granularity", "op")
 EAGER = ("--loop", "eager", "--model", "sequential")
@@ -19,6 +19,10 @@ RUNS: dict[str, Recording] = {
     "eager": train_keras(*EAGER, "--save", "{dir}/eager.npz", options=OP),
     "eager_flip": train_keras(*EAGER, "--flip-step", "2", options=OP),
     "eager_plain": train_keras(*EAGER, "--save", "{dir}/eager_plain.npz", plain=True),
+    # a tf.cond in a layer: the gradient of its branches is built in graphs of their own
+    "cond": keras_run("keras_cond.py", options=OP),
+    "cond_b": keras_run("keras_cond.py", options=OP, copy="b"),
+    "cond_plain": keras_run("keras_cond.py", plain=True),
 }
 
 
@@ -86,3 +90,21 @@ def test_an_eager_python_constant_is_placed_before_the_op_that_reads_it(
 def test_traced_op_level_says_probes_can_change_grappler_rewrites(runs: dict[str, Path]) -> None:
     meta = Run.open(runs["fit"]).processes[0].load().meta
     assert any("grappler" in note for note in meta["notes"])
+
+
+def test_a_tf_cond_branch_keeps_the_training_alive(
+    made: dict[str, Recorded], runs: dict[str, Path]
+) -> None:
+    """Its gradient graph resolves captures as the branch's tensors: a probe there took the
+    fit down (``Tensor.graph is undefined``). Those ops are left out and the run says so."""
+    cond, plain = made["cond"], made["cond_plain"]
+    assert cond.returncode == 0, cond.stderr[-2000:]
+    assert "branch's gradient are not recorded" in cond.stderr
+    final = [line for line in cond.stdout.splitlines() if line.startswith("final-weights")]
+    assert final and final == [
+        line for line in plain.stdout.splitlines() if line.startswith("final-weights")
+    ]
+    code, report = compare_json(runs["cond"], runs["cond_b"])
+    assert (code, report["status"]) == (0, "identical"), report["first_divergence"]
+    seen = set(records(runs["cond"]))
+    assert any(name.endswith("/If") or "gate" in name for _, _, name in seen), sorted(seen)[:20]

@@ -46,6 +46,11 @@ UNINITIALISED = frozenset({"Empty"})
 # control outputs), where a new stateful probe would close a cycle of control dependencies.
 UNRECORDED = frozenset({"Identity", "IdentityN", "NoOp", "StopGradient"})
 FUNCTION_CALL_PREFIX = "__inference_"  # the callback's op type for an eager function call
+CONTROL_FLOW_GRADIENT_GRAPHS = frozenset({"_CondGradFuncGraph", "_WhileBodyGradFuncGraph"})
+CONTROL_FLOW_GRADIENT_NOTE = (
+    "op level: the ops of a traced tf.cond or tf.while_loop branch's gradient are not recorded "
+    "(the branch's forward ops are)"
+)
 GRAPPLER_NOTE = (
     "op level inside tf.function: a probe on an intermediate tensor keeps grappler from "
     "rewriting or fusing the ops around it, so this run may compute other bits than an "
@@ -151,6 +156,9 @@ class TfOpRecorder(OpZoom):
         mode = self.recorder.records.mode()
         if mode is None or (mode == EAGER and not self.session.recording):
             return
+        if mode == GRAPH and _in_control_flow_gradient(graph):
+            self.recorder.records.note(CONTROL_FLOW_GRADIENT_NOTE)
+            return
         phase, module = self._where(graph)
         name = f"{module}/{op_type}" if module else op_type
         s = self.session
@@ -192,6 +200,17 @@ class TfOpRecorder(OpZoom):
                 records.note(GRAPPLER_NOTE)
                 spec = ProbeSpec(phase, kind, name, slot, t.dtype.name, t.shape.rank)
                 records.table.probe(spec, t)
+
+
+def _in_control_flow_gradient(graph: Any) -> bool:
+    """Whether ``graph`` is, or lies inside, the gradient of a ``tf.cond`` or ``tf.while_loop``
+    branch: TF resolves such a graph's captures as tensors of the forward branch, and a
+    probe's table variable, created eagerly, would make ``Tensor.graph`` fail there."""
+    while graph is not None:
+        if type(graph).__name__ in CONTROL_FLOW_GRADIENT_GRAPHS:
+            return True
+        graph = getattr(graph, "outer_graph", None)
+    return False
 
 
 def install(session: Session, recorder: KerasRecorder) -> Callable[[], None]:
