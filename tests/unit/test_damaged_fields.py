@@ -53,7 +53,7 @@ def test_a_damaged_record_is_named_with_its_file(tmp_path: Path, field: str, val
     with pytest.raises(CorruptRunError, match=rf"a/pid\d+\.h5: record {row} is damaged"):
         compare_runs(a, b)
     with pytest.raises(CorruptRunError, match=rf"record {row} is damaged"):
-            run_summary(a)
+        run_summary(a)
 
 
 def test_metadata_that_is_not_an_object_is_damage(tmp_path: Path) -> None:
