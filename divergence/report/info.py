@@ -18,7 +18,7 @@ from divergence.errors import CorruptRunError
 from divergence.report.terminal import key_value_table
 from divergence.store.names import flatten
 from divergence.store.run import Run, world_size
-from divergence.store.schema import KIND_VALUES, Kind
+from divergence.store.schema import Kind
 from divergence.wording import counted
 
 SHOWN_META = (
@@ -175,10 +175,6 @@ def run_summary(path: str | Path) -> RunSummary:
             continue
         records = f.records[f.records["kind"] != Kind.STEP_END]
         values, counts = np.unique(records["kind"], return_counts=True)
-        if records.size and int(records["step"].min()) < 0:
-            raise f.damaged(int(np.argmin(f.records["step"])))
-        if not set(values.tolist()) <= KIND_VALUES:
-            raise f.damaged(int(np.flatnonzero(~np.isin(f.records["kind"], list(KIND_VALUES)))[0]))
         kinds = Counter({Kind(k).label: int(n) for k, n in zip(values, counts, strict=True)})
         processes.append(
             ProcessSummary(
