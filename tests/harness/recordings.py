@@ -34,13 +34,21 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from tests.harness.zygote import Zygotes
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "example_scripts"
 KERAS_SAMPLE = ROOT / "sample_runs" / "keras" / "train_keras.py"
 CACHE = Path(os.environ.get("DIVERGE_TEST_CACHE", ROOT / ".cache" / "recordings"))
 BIN = Path(sys.executable).parent
 # what a recording's outcome depends on besides its own command
-DEPENDS_ON = ("divergence", "tests/example_scripts", "sample_runs/keras", "sample_runs/train.py")
+DEPENDS_ON = (
+    "divergence",
+    "tests/example_scripts",
+    "tests/harness",
+    "sample_runs/keras",
+    "sample_runs/train.py",
+)
 FRAMEWORKS = ("torch", "tensorflow-cpu", "keras", "numpy", "h5py")
 TIMEOUT = 300.0
 
@@ -174,6 +182,13 @@ class Recordings:
         self.cache = cache
         self.parallel = parallel
         self.cache.mkdir(parents=True, exist_ok=True)
+        self._zygotes: Zygotes | None = None
+
+    def _python_for(self, script: str) -> str:
+        """The interpreter that runs ``script``: forked from a zygote where it can be."""
+        if self._zygotes is None:
+            self._zygotes = Zygotes(child_env())
+        return self._zygotes.python_for(script)
 
     def make(self, spec: Recording) -> Recorded:
         directory = self.cache / spec.key()
@@ -240,9 +255,10 @@ class Recordings:
         )
         return made
 
-    @staticmethod
-    def _run(spec: Recording, directory: Path) -> subprocess.CompletedProcess[str]:
+    def _run(self, spec: Recording, directory: Path) -> subprocess.CompletedProcess[str]:
         command = spec.command_for(directory)
+        if len(command) > 1 and command[0] == sys.executable:
+            command[0] = self._python_for(command[1])
         if not spec.plain:
             record = [sys.executable, "-m", "divergence", "record", *spec.options]
             command = [*record, "-o", str(directory / "run"), "--", *command]

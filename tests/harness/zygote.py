@@ -1,0 +1,117 @@
+"""A fork server for the recordings tests make: ``python SCRIPT`` without paying the framework's
+import each time.
+
+A recording whose process is not under test still starts a Python that imports torch (about
+1 s) or tensorflow and keras (about 2 s). A zygote imports them once; a recording's command then
+starts :data:`CLIENT` instead of ``python``. The client hands its argv, environment, working
+directory and standard streams to the zygote, which forks a child that becomes ``python SCRIPT``:
+fresh RNG seeds, the injected ``sitecustomize`` run, the script executed as ``__main__``. The
+client forwards signals to that child and exits as it did, so ``diverge record`` (the launcher,
+never forked) sees what it would see of a real Python.
+
+The client runs the real Python instead when the zygote is not up yet, when an environment
+variable that a framework reads at import differs from the zygote's, or for a script listed in
+:data:`NOT_FORKED` (one whose behaviour depends on its own hash seed). ``DIVERGE_TEST_ZYGOTE=0``
+turns the zygote off.
+
+>>> kind_of("import torch\\n"), kind_of("import keras\\n"), kind_of("print(1)\\n")
+('torch', 'tensorflow', None)
+>>> reads_at_import("OMP_NUM_THREADS"), reads_at_import("TRAIN_LR")
+(True, False)
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# scripts whose outcome depends on the process's own hash seed, which a fork would share
+NOT_FORKED = frozenset({"set_order.py", "vocabulary.py"})
+IMPORTS = {
+    "torch": ("numpy", "h5py", "torch", "torch._dynamo"),
+    "tensorflow": ("numpy", "h5py", "tensorflow", "keras"),
+}
+# read by the frameworks or by Python at start-up: a child that differs cannot be forked
+AT_IMPORT = (
+    "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "DNNL_", "ONEDNN_", "TF_", "XLA_", "KERAS_",
+    "TORCH", "CUDA", "CUBLAS", "NCCL_", "PYTHON", "LD_", "MALLOC", "NUMPY", "TRITON",
+)  # fmt: skip
+OWN = ("PYTHONPATH", "DIVERGE_")  # what the launcher adds: set in the child before anything runs
+
+
+def kind_of(source: str) -> str | None:
+    """The zygote a script's source can be forked from, or ``None``."""
+    if "KERAS_BACKEND" in source:  # chosen as keras is imported, which the zygote did
+        return None
+    if "tensorflow" in source or "keras" in source:
+        return "tensorflow"
+    if "torch" in source:
+        return "torch"
+    return None
+
+
+def reads_at_import(name: str) -> bool:
+    return name.startswith(AT_IMPORT) and not name.startswith(OWN)
+
+
+class Zygotes:
+    """This test process's zygotes, one per framework, started on first use and stopped at exit.
+
+    ``python_for(script)`` is the interpreter to put in a recording's command: a client of the
+    script's zygote, or the real Python.
+    """
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.folder = Path(tempfile.mkdtemp(prefix="zyg-"))
+        self.started: dict[str, subprocess.Popen[bytes]] = {}
+        atexit.register(self.stop)
+
+    def python_for(self, script: str) -> str:
+        path = Path(script)
+        if os.environ.get("DIVERGE_TEST_ZYGOTE") == "0" or path.name in NOT_FORKED:
+            return sys.executable
+        try:
+            kind = kind_of(path.read_text())
+        except OSError:
+            return sys.executable
+        if kind is None:
+            return sys.executable
+        if kind not in self.started:
+            self.started[kind] = self._start(kind)
+        return str(self.folder / f"python-{kind}")
+
+    def _start(self, kind: str) -> subprocess.Popen[bytes]:
+        socket_path = self.folder / f"{kind}.sock"
+        client = self.folder / f"python-{kind}"
+        client.write_text(
+            f"#!{sys.executable} -IS\n"
+            f"import sys\nsys.path.insert(0, {str(HERE)!r})\n"
+            f"import zygote_client\n"
+            f"zygote_client.main({str(socket_path)!r}, {sys.executable!r}, {AT_IMPORT!r}, "
+            f"{OWN!r}, {self._at_import()!r})\n"
+        )
+        client.chmod(0o755)
+        code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import zygote_server; "
+        code += f"zygote_server.serve({str(socket_path)!r}, {list(IMPORTS[kind])!r})"
+        return subprocess.Popen(
+            [sys.executable, "-c", code], env=self.env, stdin=subprocess.DEVNULL
+        )
+
+    def _at_import(self) -> dict[str, str]:
+        return {name: value for name, value in self.env.items() if reads_at_import(name)}
+
+    def stop(self) -> None:
+        for process in self.started.values():
+            process.terminate()
+        for process in self.started.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.started.clear()
