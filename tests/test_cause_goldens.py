@@ -23,7 +23,13 @@ from divergence.report.terminal import render_text
 from divergence.store.schema import Kind, Phase
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "causes"
-CPU = {"framework": "torch", "devices": {"cuda": []}, "env": {}, "versions": {"torch": "2.13.0"}}
+CPU = {
+    "framework": "torch",
+    "devices": {"cuda": []},
+    "env": {},
+    "versions": {"torch": "2.13.0"},
+    "param_checks": ["step_start", "in_step"],
+}
 CUDA = {**CPU, "devices": {"cuda": ["NVIDIA H100"]}}
 ADD = "emb/aten.index_add.default"
 
@@ -119,7 +125,7 @@ def rendered(case: str, tmp: Path) -> str:
     try:
         a = write_run(Path(case) / "a", meta_a, [])
         b = write_run(Path(case) / "b", meta_b, changes)
-        text = render_text(compare_runs(a, b), width=100)
+        text = render_text(compare_runs(a, b), width=100, explain=True)  # the whole cause
     finally:
         os.chdir(home)
     text = text.replace(str(a), "RUN_A").replace(str(b), "RUN_B")

@@ -39,6 +39,11 @@ from divergence.errors import ExitCode, UsageError
     is_flag=True,
     help="Compare runs of scripts with other names too (a renamed or fixed copy).",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Give the likely cause's whole explanation, not its three-line form.",
+)
 def compare(
     run_a: str,
     run_b: str,
@@ -47,6 +52,7 @@ def compare(
     width: int | None,
     ranks: str | None,
     other_scripts: bool,
+    explain: bool,
 ) -> int:
     from divergence.compare import compare_runs
 
@@ -61,7 +67,7 @@ def compare(
     else:
         from divergence.report.terminal import ComparisonReport, print_report
 
-        print_report(ComparisonReport(comparison), width)
+        print_report(ComparisonReport(comparison, explain=explain), width)
     return int(code)
 
 

@@ -68,7 +68,9 @@ def classify(divergence: Divergence, environment: list[EnvDifference]) -> Diverg
     text = f"{cause.summary}{f' ({detail})' if detail else ''}."
     if not env_evidence and d.evidence:
         text += " Evidence: " + "; ".join(map(str, d.evidence)) + "."
+        detail = str(d.evidence[0])
     text += f" Fix: {cause.fix}"
+    d = replace(d, cause_parts=(cause.summary, detail, cause.fix))
     if cause.holds_for:
         text += f" [holds for {cause.holds_for}]"
     d = d.with_facts(explained="environment" if env_evidence else "no")

@@ -168,6 +168,8 @@ class Divergence:
     rng_undrawn: tuple[str, ...] = ()
     cause: str = ""
     cause_text: str = ""
+    # the cause's parts, for a short report: its summary, the evidence, its fix
+    cause_parts: tuple[str, str, str] = ("", "", "")
     numeric: NumericDiff | None = None  # when both runs dumped the tensor
     facts: Facts = Facts()  # for the cause (set in origin*.py and facts.py)
     evidence: tuple[Evidence, ...] = ()  # why the cause class was chosen
