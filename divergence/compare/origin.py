@@ -10,6 +10,7 @@ where the origin must lie: between the last matching probe and this one.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,9 @@ from divergence.store.schema import (
     LOSS_INPUTS,
     TARGETS,
     WRITTEN_AT_EXIT,
+    WRITTEN_UNVERSIONED,
     Kind,
+    ParamCheck,
     Phase,
     note_parts,
 )
@@ -68,7 +71,41 @@ def explain_origin(
     weights_read = weights_read and divergence.facts.write != "at_exit"
     if divergence.origin and divergence.facts.framework == "tensorflow" and weights_read:
         return divergence.extended(KERAS_UNSEEN_WRITES)
+    if divergence.origin and divergence.facts.framework == "torch" and weights_read:
+        return _caveat_unchecked_parameters(divergence, run.meta)
     return divergence
+
+
+def _unversioned(divergence: Divergence) -> bool:
+    probes = (divergence.a, divergence.b)
+    return any(p is not None and p.note == WRITTEN_UNVERSIONED for p in probes)
+
+
+def _written_between(run: RunFile, row: int, step: int) -> str:
+    """When a write seen at step ``step``'s first model call was made.
+
+    The last event before it was the previous step's optimizer step, or its backward in a
+    run that updates its weights itself."""
+    if step == int(run.records["step"][0]):
+        return f"before step {step}'s forward"
+    before = run.records[:row]
+    stepped = bool((before["phase"] == Phase.OPTIMIZER).any())
+    last = "optimizer.step()" if stepped else "backward"
+    return f"between step {step - 1}'s {last} and step {step}'s forward"
+
+
+def _caveat_unchecked_parameters(divergence: Divergence, meta: dict[str, Any]) -> Divergence:
+    """An origin that reads weights, in a torch run whose recorder did not fingerprint them
+    again at each step (an older diverge): a write through ``.data`` or inside an optimizer
+    step would not show, so the origin is not established."""
+    if ParamCheck.STEP_START in (meta.get("param_checks") or ()):
+        return divergence
+    text = (
+        "; but origin not established: this run's parameters were not fingerprinted again at "
+        "each step's start, so a write through .data or inside an optimizer step (LBFGS) "
+        "before this call would not show (recorded by an older diverge: record it again)"
+    )
+    return replace(divergence.extended(text), origin=None).with_facts(unseen="parameters")
 
 
 def _recomputes(run: RunFile, rows: np.ndarray) -> bool:
@@ -159,6 +196,12 @@ def _explain_kind(
                 f"in step {step}, as a fit(), evaluate() or predict() started: code after the "
                 f"last fit() wrote {code(name)} (load_weights(), set_weights(), assign(), or a "
                 "callback at the end of that fit); every record before it matched"
+            )
+        elif _unversioned(d):
+            text = (
+                f"outside any optimizer, {_written_between(run, row, step)}: code wrote "
+                f"{code(name)} without moving its version counter, through .data (as a manual "
+                "update `p.data.add_(-lr * p.grad)` does); every record before it matched"
             )
         else:
             text = (

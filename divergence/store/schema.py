@@ -17,7 +17,7 @@ else ``pid<PID>.h5``. Each file holds:
 from __future__ import annotations
 
 import struct
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 import numpy as np
 
@@ -164,6 +164,20 @@ BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace i
 BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
 # a parameter's record taken as the process ended: the program wrote it after its last step
 WRITTEN_AT_EXIT = "written after the last optimizer step, seen as the program ended"
+
+
+class ParamCheck(StrEnum):
+    """Where a torch recorder fingerprints parameters again, whatever their version counters
+    say; listed in the metadata's ``param_checks``. A run without them (an older diverge's)
+    may have missed a write through ``.data`` or one inside an optimizer step."""
+
+    STEP_START = "step_start"  # every parameter a model reads, at its first call in a step
+    IN_STEP = "in_step"  # moved ones at each model call inside an optimizer step (LBFGS)
+
+
+# a parameter whose bits changed although its version counter did not: written through ``.data``
+# or a NumPy view, seen at the next step's first model call
+WRITTEN_UNVERSIONED = "written without moving its version counter (through .data)"
 # DDP's gradient buckets are recorded as collectives named ddp.bucket0, ddp.bucket1, ...
 DDP_BUCKET = "ddp.bucket"
 # after its class name, the skip reason of a tensor subclass with its own dispatch: DTensor

@@ -9,12 +9,14 @@ from typing import Any
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
 from divergence.record.session import Session
+from divergence.store.schema import ParamCheck
 
 
 def new_session(path: Path, **meta: Any) -> Session:
     """A session writing the run ``path``; ``meta`` adds metadata (``distributed={...}``)."""
     session = Session(RecordConfig(output=str(path)), path)
-    session.add_metadata(lambda: {"framework": "torch", "env": {}, **meta})
+    checks = [check.value for check in ParamCheck]  # as a torch recorder's run says
+    session.add_metadata(lambda: {"framework": "torch", "env": {}, "param_checks": checks, **meta})
     return session
 
 

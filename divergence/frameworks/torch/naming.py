@@ -6,6 +6,7 @@ recorded, when it is first called.
 
 from __future__ import annotations
 
+import gc
 import sys
 import weakref
 from collections.abc import Callable, Iterator
@@ -21,6 +22,14 @@ from divergence.record.session import Session
 from divergence.store.schema import Kind, Phase
 from divergence.store.settings import SEPARATOR
 from divergence.wording import KERAS_ON_TORCH
+
+# Modules that only wrap the model they hold: never recorded, never part of a name
+WRAPPERS = frozenset(
+    {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
+)
+# ... and the holders a trainer puts around a model; a model's path starts below them
+HOLDERS = WRAPPERS | {"_LightningModuleWrapperBase", "_LightningPrecisionModuleWrapperBase"}
+
 
 # An uninitialised parameter where it was found: (its module, its key there, the parameter)
 LazySlot = tuple["weakref.ref[torch.nn.Module]", str, "weakref.ref[torch.Tensor]"]
@@ -64,8 +73,14 @@ class ModuleTree:
             if self.stack:  # a module built on the fly inside another's forward
                 name = f"{self.stack[-1]}.<{type(module).__name__}>"
                 self.names[module] = name
-            else:
-                name = self.adopt_root(module)
+                return name
+            # a model (it has parameters) is named from the module that holds it
+            has_parameters = next(module.parameters(), None) is not None
+            owner = outermost_owner(module) if has_parameters else module
+            if owner is not module and owner not in self.names:
+                self.adopt_root(owner)  # never called itself: a LightningModule's net
+                return self.names[module]
+            name = self.adopt_root(module)
         return name
 
     def live_roots(self) -> Iterator[torch.nn.Module]:
@@ -209,6 +224,31 @@ class ModuleTree:
                 name = prefix + path
                 if self.session.wants(name) and not is_lazy(buffer):
                     self.records.add(Phase.OPTIMIZER, Kind.BUFFER, name, buffer)
+
+
+def outermost_owner(module: torch.nn.Module) -> torch.nn.Module:
+    """The outermost module that holds ``module`` as a submodule, through owners that each
+    hold it alone (a LightningModule holding the network its ``training_step`` calls), up to
+    a wrapper. Looked for once per model: it walks the garbage collector's objects.
+
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    >>> holder = torch.nn.Module()
+    >>> holder.net = net
+    >>> outermost_owner(net[0]) is holder
+    True
+    """
+    owner, seen = module, {id(module)}
+    while True:
+        parents = [
+            obj
+            for obj in gc.get_objects()
+            if issubclass(type(obj), torch.nn.Module)  # not a weakref.proxy of one (Lightning's)
+            and any(child is owner for child in obj._modules.values())
+        ]
+        if len(parents) != 1 or type(parents[0]).__name__ in HOLDERS or id(parents[0]) in seen:
+            return owner
+        owner = parents[0]
+        seen.add(id(owner))
 
 
 def _still_lazy(slot: LazySlot) -> bool:

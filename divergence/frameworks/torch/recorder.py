@@ -38,7 +38,7 @@ from divergence.frameworks.torch.fingerprint import FingerprintCache, PendingSum
 from divergence.frameworks.torch.keywords import call_keywords
 from divergence.frameworks.torch.metadata import torch_metadata
 from divergence.frameworks.torch.modules import ModuleCalls
-from divergence.frameworks.torch.naming import ModuleTree
+from divergence.frameworks.torch.naming import WRAPPERS, ModuleTree
 from divergence.frameworks.torch.outputs import keyed_tensors
 from divergence.frameworks.torch.parameters import ParameterBook
 from divergence.frameworks.torch.records import Records, phase_now, tensor_group_settings
@@ -47,11 +47,8 @@ from divergence.frameworks.torch.seeds import SeedCalls, add_generator_states
 from divergence.frameworks.torch.steps import OptimizerSteps
 from divergence.frameworks.torch.writes import ParameterWrites
 from divergence.record.session import Session
-from divergence.store.schema import BEFORE_HOOKS, Kind, Phase, with_key
+from divergence.store.schema import BEFORE_HOOKS, Kind, ParamCheck, Phase, with_key
 
-WRAPPERS = frozenset(
-    {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
-)
 # torch.distributed.pipelining's stage classes and their methods that run a stage's module on
 # tensors made from metadata, as named in torch 2.13; absent ones are left alone
 PIPELINE_STAGES = "torch.distributed.pipelining.stage"
@@ -145,6 +142,7 @@ class TorchRecorder(Instrumentation):
 
     def _metadata(self) -> dict[str, Any]:
         meta = torch_metadata()
+        meta["param_checks"] = [ParamCheck.STEP_START.value, ParamCheck.IN_STEP.value]
         if self.data.loaders_seen:
             meta["dataloaders"] = {str(i): s for i, s in enumerate(self.data.loaders_seen)}
         if self.regions.compiles_seen:

@@ -19,7 +19,7 @@ from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts
 from divergence.frameworks.torch.parameters import ParameterBook
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.session import Session
-from divergence.store.schema import Kind, Phase, with_key
+from divergence.store.schema import WRITTEN_UNVERSIONED, Kind, Phase, with_key
 
 
 class Records:
@@ -75,6 +75,26 @@ class Records:
             return
         self.cache.put(param, fingerprint)
         self.add_param(phase, name, param, cached=True)
+
+    def add_if_changed(self, phase: Phase, name: str, param: torch.Tensor) -> None:
+        """The record of a parameter whose bits differ from its last record's, whatever its
+        version counter says: a write through ``.data`` moves none (noted
+        :data:`~divergence.store.schema.WRITTEN_UNVERSIONED`). Device fingerprints are pending:
+        recorded."""
+        moved = self.params.moved(param)
+        if not self.session.wants(name) or not self.session.begin_event():
+            return
+        fingerprint = self.cache.get(param, cached=False)
+        last = self.params.prints.get(id(param))
+        if last is None and not moved:  # adopted outside --steps: from now on, compared
+            self.params.prints[id(param)] = fingerprint.value
+            return
+        if isinstance(last, int) and fingerprint.value == last:
+            return
+        self.cache.put(param, fingerprint)
+        known = isinstance(last, int) and isinstance(fingerprint.value, int)
+        note = WRITTEN_UNVERSIONED if known and not moved else ""
+        self.add_param(phase, name, param, cached=True, note=note)
 
     def add_keyed(
         self,

@@ -47,6 +47,8 @@ class OptimizerSteps:
         # ids of the optimizers whose step() is running, outermost first: LBFGS calls the
         # model inside its own, ZeroRedundancyOptimizer another optimizer's step
         self.stepping: list[int] = []
+        self.calls_in_step = 0  # model calls since the outermost running step() began
+        self.running: dict[int, torch.optim.Optimizer] = {}  # the stepping ones, by id
         # the parameters the optimizers of the last step that had optimizer steps updated, by
         # id: the ones whose later writes are the training's end state
         self.last_stepped: set[int] = set()
@@ -90,14 +92,41 @@ class OptimizerSteps:
         while self.compiled_steps:
             self.after_optimizer_step(self.compiled_steps.pop(0))
 
-    def before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+    def before_optimizer_step(
+        self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The step pre-hook. A closure step whose parameters no model call named yet (LBFGS,
+        Lightning: the model is first called inside the closure) is looked at after the
+        closure's first call, so that they get their module paths; it returns the step's
+        arguments with the closure wrapped for that."""
+        self._enter_step(optimizer)
+        # torch passes step()'s own arguments: the optimizer first, then the closure
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if not callable(closure) or all(self.params.name_of(p) for p in _params(optimizer)):
+            self.before_update(optimizer)
+            return None
+        looked = False
+        before_update = self.recorder.guard(self.before_update)
+
+        def closure_then_look(*a: Any, **k: Any) -> Any:
+            nonlocal looked
+            result = closure(*a, **k)
+            if not looked:
+                looked = True
+                before_update(optimizer)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_look}
+        return (args[0], closure_then_look, *args[2:]), kwargs
+
+    def before_update(self, optimizer: torch.optim.Optimizer) -> None:
         """Before the update: parameters written since their last record (a clamp or a manual
         decay after the backward), in the backward phase; then the gradients the update reads
         where they are not the ones recorded (changed after the backward by clipping,
         unscaling or a ``p.grad`` edit; or set without one), in the optimizer phase. Written
         parameters of a second optimizer stepping right after another continue that step
         (:meth:`Session.begin_optimizer_event`)."""
-        self._enter_step(optimizer)
         s = self.session
         # Unrecorded reads belong to this update's step: a second optimizer continues the step
         # the first closed, the same one stepping again opens the next (LBFGS reads its own).
@@ -145,12 +174,18 @@ class OptimizerSteps:
         step (it raised, and the script caught it): that entry and those above it go."""
         if id(optimizer) in self.stepping:
             del self.stepping[self.stepping.index(id(optimizer)) :]
+        if not self.stepping:
+            self.calls_in_step = 0
+            self.running.clear()
         self.stepping.append(id(optimizer))
+        self.running[id(optimizer)] = optimizer
 
     def _leave_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Its step() returned: it and any step it ran that raised come off the stack."""
         if id(optimizer) in self.stepping:
             del self.stepping[self.stepping.index(id(optimizer)) :]
+        if not self.stepping:
+            self.running.clear()
 
     def stepped_parameters(
         self, optimizer: torch.optim.Optimizer
@@ -198,13 +233,9 @@ class OptimizerSteps:
         self.last_stepped.update(id(p) for group in optimizer.param_groups for p in group["params"])
         if s.begin_optimizer_event():
             state = optimizer.state
-            label = self.optimizer_labels.of(optimizer)
             names = self.params.names  # all named before the step, bare ones too
             for g, group in enumerate(optimizer.param_groups):
-                settings = f"{label}.group{g}"  # lr, betas, ... as this update used them
-                if s.wants(settings):
-                    fingerprint, text = self.group_settings(group)
-                    s.add(Phase.OPTIMIZER, Kind.HYPERPARAM, settings, fingerprint, note=text)
+                self._add_settings(optimizer, g)
                 for param in group["params"]:
                     name = names.get(id(param)) or self._named_late(param, optimizer)
                     if not s.wants(name):
@@ -220,11 +251,30 @@ class OptimizerSteps:
                             )
             if not self.stepped_this_step:
                 self.tree.add_buffers()
+        else:  # not fingerprinted: the next step-start check has nothing to compare with
+            for param in _params(optimizer):
+                self.params.prints.pop(id(param), None)
         self.stepped_this_step.add(id(optimizer))
         # an inner optimizer (ZeroRedundancyOptimizer's local one, Lookahead's) leaves the
         # step to the outer one to close
         if not self.stepping:
             s.optimizer_stepped()
+
+    def _add_settings(self, optimizer: torch.optim.Optimizer, g: int) -> None:
+        """Group ``g``'s settings (lr, betas, ...) as its update uses them."""
+        settings = f"{self.optimizer_labels.of(optimizer)}.group{g}"
+        if self.session.wants(settings):
+            fingerprint, text = self.group_settings(optimizer.param_groups[g])
+            self.session.add(Phase.OPTIMIZER, Kind.HYPERPARAM, settings, fingerprint, note=text)
+
+    def add_settings_in_step(self) -> None:
+        """Before the writes an optimizer made inside its own step (LBFGS, between closure
+        calls), recorded at its next model call: the settings they used, so that settings
+        that differ come first. Recorded again after the step."""
+        optimizer = self.running.get(self.stepping[0]) if self.stepping else None
+        if optimizer is not None:
+            for g in range(len(optimizer.param_groups)):
+                self._add_settings(optimizer, g)
 
     def _named_late(self, param: torch.Tensor, optimizer: torch.optim.Optimizer) -> str:
         """The name of a parameter first seen after its step began (recording started in
@@ -238,6 +288,11 @@ class OptimizerSteps:
         if label is None:
             label = self.state_labels[(name, key)] = f"{name}/{key}"
         return label
+
+
+def _params(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
+    for group in optimizer.param_groups:
+        yield from group["params"]
 
 
 def _by_key(item: tuple[object, object]) -> str:

@@ -7,7 +7,7 @@ is named: before the forward that reads it, at ``divergence.step()``, or at exit
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -40,19 +40,48 @@ class ParameterWrites:
         # parameters a freed model held, written since their last record: by id, (name, their
         # fingerprint when the model was freed), for the end of the recording
         self.freed_writes: dict[int, tuple[str, Fingerprint]] = {}
+        # each root's step when its parameters were last all fingerprinted
+        self.checked: weakref.WeakKeyDictionary[torch.nn.Module, int]
+        self.checked = weakref.WeakKeyDictionary()
 
     def add_written_parameters(self, root: torch.nn.Module) -> None:
-        """The root's parameters written since they were last recorded by other code than an
-        optimizer step, recorded before the forward that reads them so that compare names the
-        write instead of a module. Not looked for inside an optimizer step (LBFGS's closure
-        runs the model after the optimizer's own writes), nor outside ``--steps``: a write
-        made there shows at the first recorded call."""
-        if self.steps.stepping or not self.session.begin_event():
+        """The root's parameters written since they were last recorded by other code than the
+        running optimizer step, recorded before the forward that reads them so that compare
+        names the write instead of a module. At the step's first call of the root every
+        parameter is fingerprinted again, whatever its version counter says (a write through
+        ``.data`` moves none); later calls look at version counters. Inside an optimizer
+        step (LBFGS's closure) a later call's writes are the optimizer's own, recorded in
+        the optimizer phase. Outside ``--steps`` nothing is looked at: a write made there
+        shows at the first recorded call."""
+        if not self.session.begin_event():
             return
-        for name, param in self.params.read_by(root):
-            self.records.add_if_written(Phase.FORWARD, name, param)
-        for name, param in self.steps.bare_parameters():  # which model reads them is unknown
-            self.records.add_if_written(Phase.FORWARD, name, param)
+        if self._first_call_in_step(root):
+            for name, param in self._read_by(root):
+                self.records.add_if_changed(Phase.FORWARD, name, param)
+            return
+        phase = Phase.FORWARD
+        if self.steps.stepping:
+            phase = Phase.OPTIMIZER
+            if self.steps.calls_in_step == 2:
+                self.steps.add_settings_in_step()
+        for name, param in self._read_by(root):
+            self.records.add_if_written(phase, name, param)
+
+    def _read_by(self, root: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        yield from self.params.read_by(root)
+        yield from self.steps.bare_parameters()  # which model reads them is unknown
+
+    def _first_call_in_step(self, root: torch.nn.Module) -> bool:
+        """Whether this call of ``root`` is its first in the step; inside an optimizer step,
+        the first model call since that step began."""
+        steps = self.steps
+        if steps.stepping:
+            steps.calls_in_step += 1
+            return steps.calls_in_step == 1
+        step = self.session.current_step
+        first = self.checked.get(root) != step
+        self.checked[root] = step
+        return first
 
     def add_updated_parameters(self) -> None:
         """At ``divergence.step()``: the parameters the step's own code wrote (a manual
