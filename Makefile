@@ -16,7 +16,7 @@ TRITON_STAMP := $(VENV)/triton/.installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[torch,tensorflow,dev]"
+	$(PIP) install -q -e ".[torch,tensorflow,dev,trainers]"
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: a CUDA build of torch was installed; install the CPU wheel" >&2; exit 1; fi
 	touch $(STAMP)

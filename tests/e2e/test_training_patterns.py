@@ -2,34 +2,27 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
-from tests.conftest import SCRIPTS, assert_repeats_and_keeps_its_bits, run_cli
+from tests.conftest import assert_repeats_and_keeps_its_bits
 from tests.example_scripts.patterns import PATTERNS
+from tests.harness.recordings import Recorded, Recordings, recording
 
 
-def record_pattern(tmp_path: Path, pattern: str) -> tuple[list[Path], list[Path]]:
-    """Two recorded runs and the weights they saved, then an unrecorded run's weights."""
-    runs, weights = [], []
-    for index in range(2):
-        run, out = tmp_path / f"run{index}", tmp_path / f"run{index}.pt"
-        command = (sys.executable, str(SCRIPTS / "patterns.py"), pattern, "--out", str(out))
-        result = run_cli("record", "-o", str(run), "--", *command)
-        assert result.returncode == 0, result.stderr
-        assert "recording stopped" not in result.stderr, result.stderr
-        runs.append(run)
-        weights.append(out)
-    plain = tmp_path / "plain.pt"
-    command = (sys.executable, str(SCRIPTS / "patterns.py"), pattern, "--out", str(plain))
-    subprocess.run(command, check=True)
-    return runs, [*weights, plain]
+@pytest.fixture(scope="module")
+def made(recordings: Recordings) -> dict[tuple[str, str], Recorded]:
+    """Each pattern recorded twice, saving its weights, and run once unrecorded."""
+    specs = {}
+    for pattern in PATTERNS:
+        for copy in ("", "b"):
+            spec = recording("patterns.py", pattern, "--out", "{dir}/w.pt", copy=copy)
+            specs[(pattern, copy)] = spec
+        plain = recording("patterns.py", pattern, "--out", "{dir}/w.pt", plain=True)
+        specs[(pattern, "plain")] = plain
+    return dict(zip(specs, recordings.make_all(specs.values()), strict=True))
 
 
 def names_of(run: RunFile, kind: Kind, phase: Phase | None = None) -> list[str]:
@@ -40,10 +33,16 @@ def names_of(run: RunFile, kind: Kind, phase: Phase | None = None) -> list[str]:
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_a_pattern_repeats_identically_and_keeps_its_bits(tmp_path: Path, pattern: str) -> None:
-    runs, weights = record_pattern(tmp_path, pattern)
-    assert_repeats_and_keeps_its_bits(runs, weights[0], weights[2])
-    (file,) = runs[0].glob("*.h5")
+def test_a_pattern_repeats_identically_and_keeps_its_bits(
+    made: dict[tuple[str, str], Recorded], pattern: str
+) -> None:
+    first, again, plain = (made[(pattern, copy)] for copy in ("", "b", "plain"))
+    for one in (first, again):
+        assert "recording stopped" not in one.stderr, one.stderr
+    assert_repeats_and_keeps_its_bits(
+        [first.run, again.run], first.dir / "w.pt", plain.dir / "w.pt"
+    )
+    (file,) = first.run.glob("*.h5")
     run = RunFile.open(file)
     # (a forward after the last optimizer.step(), the average's or an evaluation, is a last step
     # of its own)

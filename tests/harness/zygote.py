@@ -32,9 +32,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # scripts whose outcome depends on the process's own hash seed, which a fork would share
 NOT_FORKED = frozenset({"set_order.py", "vocabulary.py"})
+TORCH = ("numpy", "h5py", "torch", "torch._dynamo")
 IMPORTS = {
-    "torch": ("numpy", "h5py", "torch", "torch._dynamo"),
+    "torch": TORCH,
     "tensorflow": ("numpy", "h5py", "tensorflow", "keras"),
+    "lightning": (*TORCH, "lightning"),
+    "huggingface": (*TORCH, "transformers", "transformers.trainer", "accelerate"),
 }
 # read by the frameworks or by Python at start-up: a child that differs cannot be forked
 AT_IMPORT = (
@@ -50,6 +53,10 @@ def kind_of(source: str) -> str | None:
         return None
     if "tensorflow" in source or "keras" in source:
         return "tensorflow"
+    if "import lightning" in source:
+        return "lightning"
+    if "from transformers" in source or "from accelerate" in source:
+        return "huggingface"
     if "torch" in source:
         return "torch"
     return None

@@ -1,0 +1,72 @@
+"""A PyTorch Lightning training: ``Trainer(max_steps=4)`` on the CPU, a LightningModule whose
+``training_step`` calls its network (``self.net``) inside Lightning's optimizer closure, Adam.
+Seeded with ``seed_everything``; generated data; nothing is written but ``--out``.
+
+    python lightning_loop.py [--lr LR] [--seed S] [--flip-step N] [--out PATH]
+
+``--flip-step N`` flips the lowest bit of the batch's first element at training step N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import lightning as L
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def flipped(x: torch.Tensor) -> torch.Tensor:
+    bits = x.clone().view(torch.int32)
+    bits.view(-1)[0] ^= 1
+    return bits.view(torch.float32)
+
+
+class Regressor(L.LightningModule):
+    def __init__(self, lr: float, flip_step: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
+        self.lr, self.flip_step = lr, flip_step
+
+    def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
+        x, y = batch
+        if self.global_step == self.flip_step:
+            x = flipped(x)
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--flip-step", type=int, default=-1)
+    p.add_argument("--out", default="")
+    args = p.parse_args()
+    L.seed_everything(args.seed, verbose=False)
+    data = torch.randn(64, 6)
+    loader = DataLoader(TensorDataset(data, data.sum(1, keepdim=True).sin()), batch_size=16)
+    model = Regressor(args.lr, args.flip_step)
+    with tempfile.TemporaryDirectory() as scratch:
+        trainer = L.Trainer(
+            max_steps=4,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            deterministic=True,
+            default_root_dir=scratch,
+        )
+        trainer.fit(model, loader)
+    if args.out:
+        torch.save(model.state_dict(), args.out)
+
+
+if __name__ == "__main__":
+    main()
