@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 # what programs write to their weights after training: compare's reading of WRITTEN_AT_EXIT
 WRITES_AFTER_TRAINING = (
@@ -35,3 +36,35 @@ def describe_status(status: int) -> str:
         except ValueError:
             pass
     return f"exit status {status}"
+
+
+# write errors that mean the disk (or a quota, or a file size limit) is full
+FULL_DISK = frozenset({"ENOSPC", "EDQUOT", "EFBIG"})
+
+
+def describe_write_error(code: str, exc: BaseException | None = None) -> str:
+    """``disk full`` for ENOSPC and its kin, else the error's own words, with its code.
+
+    >>> describe_write_error("ENOSPC")
+    'disk full (ENOSPC)'
+    """
+    if code in FULL_DISK:
+        return f"disk full ({code})"
+    detail = str(exc).splitlines()[0] if exc is not None and str(exc) else code
+    return f"{detail} ({code})" if code not in detail else detail
+
+
+def recording_failure(end: dict[str, Any]) -> str:
+    """Why a file's recording stopped early, from its ``end``: the recorder's own words, or a
+    write error's (its writer could not close the file: ``write_error``); ``""`` if it did not.
+
+    >>> recording_failure({"write_error": "ENOSPC", "failure_step": 3})
+    'cannot write the run file: disk full (ENOSPC)'
+    """
+    if end.get("failure"):
+        return str(end["failure"])
+    code = end.get("write_error")
+    return f"{WRITE_FAILED}: {describe_write_error(code)}" if code else ""
+
+
+WRITE_FAILED = "cannot write the run file"  # how a write error's failure starts

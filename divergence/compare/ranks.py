@@ -43,7 +43,7 @@ from divergence.errors import CorruptRunError
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
 from divergence.store.schema import Kind, Phase
-from divergence.wording import counted
+from divergence.wording import counted, recording_failure
 
 
 def compare_ranks(
@@ -185,7 +185,7 @@ def _compare_pair(
     stopped = tuple(
         f"run {which} ({file.path.name}): {failure}"
         for which, file in (("A", file_a), ("B", file_b))
-        if (failure := (file.end or {}).get("failure")) and _missed_steps(file.end or {})
+        if (failure := recording_failure(file.end or {})) and _missed_steps(file.end or {})
     )
     # the command's exit status is in every file: said once
     gathered.note(*failure_notes([(file_a, file_b)]))

@@ -10,7 +10,7 @@ from divergence.compare.model import Comparison
 from divergence.errors import CorruptRunError, IncomparableRunsError, IncompleteRecordingError
 from divergence.fingerprint import Algorithm
 from divergence.store.reader import RunFile
-from divergence.wording import counted
+from divergence.wording import WRITE_FAILED, counted
 
 
 def refuse_different_programs(a: RunFile, b: RunFile, other_scripts: bool = False) -> None:
@@ -129,6 +129,10 @@ def refuse_partly_recorded(comparison: Comparison) -> None:
             f"{comparison.run_a} and {comparison.run_b} match over the "
             f"{counted(steps, 'step')} recorded, but recording stopped early in {reasons}: "
             "the rest of the training was not recorded",
-            hint="a bug in diverge's recorder (please report it); --exclude the probe it "
-            "names, or --steps past it, records around it",
+            hint=(
+                "free space where the run is written (or --dump less), and record again"
+                if WRITE_FAILED in reasons
+                else "a bug in diverge's recorder (please report it); --exclude the probe it "
+                "names, or --steps past it, records around it"
+            ),
         )

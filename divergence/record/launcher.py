@@ -27,7 +27,7 @@ from divergence.errors import RecordError
 from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
 from divergence.store.reader import read_meta
 from divergence.store.schema import FORMAT_MARKER
-from divergence.store.writer import mark_exit_status
+from divergence.store.writer import STOPPED_MARK, mark_exit_status
 from divergence.wording import counted, describe_status
 
 PACKAGE = Path(__file__).parents[1]  # this divergence, which the child imports
@@ -323,6 +323,11 @@ def finish(
     if not list(handshake.glob("*.hello")):
         _remove_if_empty(output)
         raise _not_started(handshake, status, command)
+    stopped = any(handshake.glob(f"*{STOPPED_MARK}*"))  # a process's writes failed
+    if stopped and not Progress.read(handshake).steps:  # it said why, above
+        why = "the recorder could not write its first step"
+        say(f"no training step was recorded ({describe_status(status)}): {why}")
+        return status
     if not files:
         _remove_if_empty(output)
         if status > 128:  # killed by a signal: the first step's buffered records are lost

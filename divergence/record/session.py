@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from divergence.errors import RecordError
 from divergence.fingerprint import Fingerprint
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig
 from divergence.record.environment import process_metadata
@@ -44,7 +45,8 @@ from divergence.store.schema import (
     pack_row,
     shape_text,
 )
-from divergence.store.writer import Dump, RunFileWriter
+from divergence.store.writer import Dump, RunFileWriter, error_code, mark_writing_stopped
+from divergence.wording import WRITE_FAILED, describe_write_error
 
 AUTO_FORWARD_LIMIT = 64
 MAX_FAILURE = 300  # characters of a failure reason kept (its first line)
@@ -73,6 +75,7 @@ class Session(Extensions["Session"]):
         self.mode = "auto"
         self.unprobed: set[str] = set()  # probe names said once to have recorded nothing
         self.writer: RunFileWriter | None = None
+        self.write_error = ""  # errno name of the write that stopped recording (ENOSPC)
         self.records_written = 0
         self._seeds: list[dict[str, Any]] = []  # see :meth:`note_seed`
         # generator states the program restored (a checkpoint's): {"call", "state", "step"}
@@ -315,12 +318,34 @@ class Session(Extensions["Session"]):
         """Write buffered rows ``start:end`` as step ``step`` (one block, one write)."""
         block = self._encode(step, self._rows[start:end])
         dumps = [Dump(i - start, *d) for i, d in self._dumps.items() if start <= i < end]
-        if self.writer is None:
-            self.writer = RunFileWriter.create(self._file_path(), self._metadata())
-        self.writer.append_step(step, block, self._new_strings, dumps)
+        if self.write_error:
+            return
+        try:
+            if self.writer is None:
+                self.writer = RunFileWriter.create(self._file_path(), self._metadata())
+            self.writer.append_step(step, block, self._new_strings, dumps)
+        except (OSError, RuntimeError, RecordError) as exc:  # h5py: RuntimeError on a flush
+            self._stop_writing(step, exc)
+            return
         self._new_strings = []
         self.records_written += end - start
         self._report_progress()
+
+    def _stop_writing(self, step: int, exc: BaseException) -> None:
+        """The first write error (a full disk, EIO, a vanished directory): recording stops,
+        the steps already written stay readable, and HDF5 never touches the file again (a
+        failed flush can leave it in a state where the next call crashes the process). A side
+        marker says where and why, where the disk still takes one."""
+        self.write_error = error_code(exc)
+        self.fail(f"{WRITE_FAILED}: {describe_write_error(self.write_error, exc)}")
+        path = self.writer.path if self.writer is not None else self._file_path()
+        if self.writer is not None:
+            self.writer.abandon()
+            self.writer = None
+        mark_writing_stopped(path, step, self.write_error)
+        directory = os.environ.get(ENV_HANDSHAKE)  # the launcher's: its summary says why
+        if directory:
+            mark_writing_stopped(Path(directory) / str(os.getpid()), step, self.write_error)
 
     def _encode(self, step: int, rows: list[bytes | PendingRow]) -> bytes:
         """The rows as file bytes; pending device values resolved, one resolver call a type."""
@@ -429,7 +454,10 @@ class Session(Extensions["Session"]):
             # a state equal to the start one proves the generator was never drawn from
             if self.host_generators_at_start:
                 self.host_generators_at_end = _host_generator_states()
-            self.writer.close({**end, "steps": self.writer.steps}, self._metadata())
+            try:
+                self.writer.close({**end, "steps": self.writer.steps}, self._metadata())
+            except (OSError, RuntimeError) as exc:  # its steps are written; its end is not
+                self._stop_writing(self.step, exc)
             self.writer = None
 
     def forget_after_fork(self) -> None:

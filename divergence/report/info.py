@@ -19,7 +19,7 @@ from divergence.report.terminal import key_value_table
 from divergence.store.names import flatten
 from divergence.store.run import Run, world_size
 from divergence.store.schema import Kind
-from divergence.wording import counted
+from divergence.wording import counted, recording_failure
 
 SHOWN_META = (
     "framework",
@@ -55,6 +55,7 @@ class ProcessSummary:
     failure: str = ""  # why recording stopped early (an internal error), if it did
     failure_step: int | None = None
     steps_taken: int | None = None  # by the program, recorded or not
+    write_error: str = ""  # errno name of the write that stopped it (its file never closed)
 
 
 @dataclass
@@ -99,6 +100,8 @@ class RunSummary:
             state = "complete" if p.complete else "INCOMPLETE (not closed: killed or crashed)"
             if p.complete and p.failure:  # the file is whole; the recording is not
                 state = "file closed cleanly"
+            if p.write_error:  # never closed, its steps readable: a write failed
+                state = "not closed (a write failed), readable to its last step"
             steps = f"steps {p.first_step}..{p.last_step}" if p.steps else "no complete step"
             if p.ended_inside_step is not None and p.ended_inside_step == p.last_step:
                 steps += f", step {p.last_step} partial: the exception ended it"
@@ -204,9 +207,10 @@ def _failure(end: dict[str, Any]) -> dict[str, Any]:
     """The failure fields of a file's ``end`` (FORMAT.md), typed."""
     step, taken = end.get("failure_step"), end.get("steps_taken")
     return {
-        "failure": str(end.get("failure") or ""),
+        "failure": recording_failure(end),
         "failure_step": step if isinstance(step, int) else None,
         "steps_taken": taken if isinstance(taken, int) else None,
+        "write_error": str(end.get("write_error") or ""),
     }
 
 

@@ -31,6 +31,7 @@ from divergence.store.schema import (
     Status,
     step_end_fp,
 )
+from divergence.store.writer import read_writing_stopped
 
 STRING_FIELDS = ("name", "dtype", "shape", "note")
 # What h5py raises on damaged files (seen with single-byte flips and truncations); anything else
@@ -133,6 +134,9 @@ class RunFile:
             raise CorruptRunError(
                 f"{path}: damaged metadata (not a JSON object)", hint=HINT_CORRUPT
             )
+        stopped = read_writing_stopped(path) if end is None else None
+        if stopped is not None:  # the end its writer could not write: where and why it stopped
+            end = {"write_error": stopped["error"], "failure_step": stopped["step"]}
         return cls(
             path=path,
             records=records,

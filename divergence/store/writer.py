@@ -16,8 +16,12 @@ trims the dataset to the rows written).
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import glob
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -102,12 +106,23 @@ class RecordSpace:
             view, position = view[written:], position + written
         self.rows += count
 
-    def _grow(self, needed: int) -> None:
-        """Allocate chunks for ``needed`` rows: the capacity doubles, by at most
-        :data:`AHEAD_CHUNKS` chunks at a time (or by what one large step needs)."""
+    def growth(self, count: int) -> int:
+        """Bytes the file grows by to take ``count`` more rows (chunks are allocated ahead)."""
+        needed = self.rows + count
+        return self._new_chunks(needed) * CHUNK_RECORDS * RECORD_DTYPE.itemsize
+
+    def _new_chunks(self, needed: int) -> int:
+        """Chunks to allocate for ``needed`` rows: none while they fit; else the capacity
+        doubles, by at most :data:`AHEAD_CHUNKS` chunks at a time (or by what one large step
+        needs)."""
+        if needed <= self.capacity:
+            return 0
         missing = -(-(needed - self.capacity) // CHUNK_RECORDS)
-        chunks = max(missing, min(len(self._offsets) or 1, AHEAD_CHUNKS))
-        capacity = self.capacity + chunks * CHUNK_RECORDS
+        return max(missing, min(len(self._offsets) or 1, AHEAD_CHUNKS))
+
+    def _grow(self, needed: int) -> None:
+        """Allocate chunks for ``needed`` rows (:meth:`_new_chunks`)."""
+        capacity = self.capacity + self._new_chunks(needed) * CHUNK_RECORDS
         self._dataset.resize((capacity,))
         offsets = [
             int(self._dataset.id.get_chunk_info_by_coord((index * CHUNK_RECORDS,)).byte_offset)
@@ -143,6 +158,7 @@ class RunFileWriter:
 
     def __init__(self, file: h5py.File, records: h5py.Dataset, path: str | Path) -> None:
         self._file = file
+        self.path = Path(path)
         self._records = RecordSpace(file, records, path)
         self._strings = file[STRINGS]
         self.steps = 0  # distinct steps written
@@ -157,6 +173,7 @@ class RunFileWriter:
     def create(cls, path: str | Path, meta: dict[str, Any]) -> RunFileWriter:
         """Create a new run file (never overwrites: mode ``w-``)."""
         try:
+            ensure_room(path, 0)
             file = h5py.File(path, "w-", libver=("earliest", "latest"))
         except (FileExistsError, OSError) as exc:
             raise RecordError(f"{path}: cannot create run file ({exc})") from exc
@@ -196,6 +213,10 @@ class RunFileWriter:
         and the end marker in one write, so a kill never leaves a row naming a missing string.
         ``block`` is the step's rows, packed (:func:`~divergence.store.schema.join_rows`) or
         a ``RECORD_DTYPE`` array."""
+        rows = block if isinstance(block, bytes) else block.tobytes()
+        count = len(rows) // RECORD_DTYPE.itemsize + 1  # and the step's end marker
+        dumped = sum(dump.array.nbytes for dump in dumps)
+        ensure_room(self.path, self._records.growth(count) + dumped + 64 * len(strings))
         if strings:
             start = self._strings.shape[0]
             self._strings.resize((start + len(strings),))
@@ -207,7 +228,6 @@ class RunFileWriter:
             self.bytes_dumped += dump.array.nbytes
         if strings or dumps:
             self._file.flush()
-        rows = block if isinstance(block, bytes) else block.tobytes()
         self._records.append(rows + step_end_row(step))
         if step != self._last_step:  # a second optimizer's block continues its step
             self.steps += 1
@@ -243,6 +263,68 @@ class RunFileWriter:
         except (OSError, ValueError, TypeError):
             pass  # no descriptor to redirect: keeping the writer referenced still holds
         _ABANDONED.append(self)
+
+
+# Free bytes a write must leave on the disk: HDF5's own metadata for a step, and the marker of a
+# stopped recording. HDF5 failing a write mid-call can leave its state broken (a later call
+# crashes the process), so a write that would not fit is refused before HDF5 starts it.
+WRITE_ROOM = 64 << 10
+
+
+def ensure_room(path: str | Path, needed: int) -> None:
+    """Raise ENOSPC unless the disk that holds ``path`` has ``needed`` bytes free and
+    :data:`WRITE_ROOM` to spare."""
+    free = shutil.disk_usage(Path(path).parent).free
+    if free < needed + WRITE_ROOM:
+        message = f"{free} bytes free, {needed} needed"
+        raise OSError(errno.ENOSPC, message, str(path))
+
+
+# beside a run file whose recording stopped on a write error: ``pid7.h5.stopped-3-ENOSPC`` (the
+# step, the errno name), told by its name alone: a full disk may take no byte of content
+STOPPED_MARK = ".stopped-"
+STOPPED_NAME = re.compile(r"\.stopped-(\d+)-([A-Z][A-Z0-9]*)$")
+
+
+def error_code(exc: BaseException) -> str:
+    """The errno name of a failed write (``ENOSPC``), looking through the exceptions that wrap
+    it; ``EIO`` where none says (h5py's RuntimeError when HDF5 cannot flush).
+
+    >>> error_code(RuntimeError("x", OSError(28, "No space left on device")))
+    'EIO'
+    >>> error_code(OSError(28, "No space left on device"))
+    'ENOSPC'
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        number = getattr(seen, "errno", None)
+        if isinstance(number, int) and number in errno.errorcode:
+            return errno.errorcode[number]
+        seen = seen.__cause__ or seen.__context__
+    return "EIO"
+
+
+def mark_writing_stopped(path: str | Path, step: int, code: str) -> None:
+    """Leave ``PATH.stopped-STEP-CODE`` beside a run file whose writing stopped at ``step`` on
+    the error ``code``: the file itself may not take another byte. Where not even a name fits,
+    the run reads as ended without a clean exit."""
+    with contextlib.suppress(OSError):
+        Path(f"{path}{STOPPED_MARK}{step}-{code}").touch()
+
+
+def read_writing_stopped(path: str | Path) -> dict[str, Any] | None:
+    """``{"step": 3, "error": "ENOSPC"}`` from the mark :func:`mark_writing_stopped` left, or
+    None.
+
+    >>> STOPPED_NAME.search("pid7.h5.stopped-3-ENOSPC").groups()
+    ('3', 'ENOSPC')
+    """
+    path = Path(path)
+    for mark in sorted(path.parent.glob(f"{glob.escape(path.name)}{STOPPED_MARK}*")):
+        found = STOPPED_NAME.search(mark.name)
+        if found:
+            return {"step": int(found.group(1)), "error": found.group(2)}
+    return None
 
 
 EXIT_STATUS_ROOM = 16 << 20  # free bytes below which the status is not written
