@@ -8,28 +8,16 @@ data loader go through ``Accelerator.prepare``, the backward through ``accelerat
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from planted import flipped, planted_arguments
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def flipped(x: torch.Tensor) -> torch.Tensor:
-    bits = x.clone().view(torch.int32)
-    bits.view(-1)[0] ^= 1
-    return bits.view(torch.float32)
-
-
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--flip-step", type=int, default=-1)
-    p.add_argument("--out", default="")
-    args = p.parse_args()
+    args = planted_arguments(lr=0.01)
     set_seed(args.seed)
     accelerator = Accelerator(cpu=True)
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))

@@ -8,10 +8,10 @@ initialised, nothing downloaded), four steps on the CPU, AdamW. Seeded by the Tr
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 
 import torch
+from planted import planted_arguments
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
 VOCAB, LENGTH, EXAMPLES = 64, 12, 64
@@ -32,12 +32,7 @@ class Batches:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--flip-step", type=int, default=-1)
-    p.add_argument("--out", default="")
-    args = p.parse_args()
+    args = planted_arguments(lr=1e-3)
     generator = torch.Generator().manual_seed(1234)
     ids = torch.randint(1, VOCAB, (EXAMPLES, LENGTH), generator=generator)
     examples = [

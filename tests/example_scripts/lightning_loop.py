@@ -9,19 +9,13 @@ Seeded with ``seed_everything``; generated data; nothing is written but ``--out`
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 
 import lightning as L
 import torch
+from planted import flipped, planted_arguments
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-
-def flipped(x: torch.Tensor) -> torch.Tensor:
-    bits = x.clone().view(torch.int32)
-    bits.view(-1)[0] ^= 1
-    return bits.view(torch.float32)
 
 
 class Regressor(L.LightningModule):
@@ -41,12 +35,7 @@ class Regressor(L.LightningModule):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--flip-step", type=int, default=-1)
-    p.add_argument("--out", default="")
-    args = p.parse_args()
+    args = planted_arguments(lr=0.01)
     L.seed_everything(args.seed, verbose=False)
     data = torch.randn(64, 6)
     loader = DataLoader(TensorDataset(data, data.sum(1, keepdim=True).sin()), batch_size=16)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from planted import flipped
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -36,12 +37,6 @@ class Net(nn.Module):
         else:
             hidden = self.body(x)
         return self.head(torch.relu(hidden))
-
-
-def flipped(x: torch.Tensor) -> torch.Tensor:
-    bits = x.clone().view(torch.int32)
-    bits.view(-1)[0] ^= 1
-    return bits.view(torch.float32)
 
 
 def main() -> None:
