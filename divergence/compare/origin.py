@@ -72,7 +72,8 @@ def explain_origin(
     if divergence.origin and divergence.facts.framework == "tensorflow" and weights_read:
         return divergence.extended(KERAS_UNSEEN_WRITES)
     if divergence.origin and divergence.facts.framework == "torch" and weights_read:
-        return _caveat_unchecked_parameters(divergence, run.meta)
+        metas = [run.meta] + ([other.meta] if other is not None else [])
+        return _caveat_unchecked_parameters(divergence, run, row, metas)
     return divergence
 
 
@@ -89,22 +90,34 @@ def _written_between(run: RunFile, row: int, step: int) -> str:
     if step == int(run.records["step"][0]):
         return f"before step {step}'s forward"
     before = run.records[:row]
-    stepped = bool((before["phase"] == Phase.OPTIMIZER).any())
+    previous = before[before["step"] == step - 1]  # the step the write followed
+    settings = (previous["kind"] == Kind.HYPERPARAM) & (previous["phase"] == Phase.OPTIMIZER)
+    stepped = bool(settings.any())  # an optimizer's settings, recorded with its step
     last = "optimizer.step()" if stepped else "backward"
     return f"between step {step - 1}'s {last} and step {step}'s forward"
 
 
-def _caveat_unchecked_parameters(divergence: Divergence, meta: dict[str, Any]) -> Divergence:
-    """An origin that reads weights, in a torch run whose recorder did not fingerprint them
-    again at each step (an older diverge): a write through ``.data`` or inside an optimizer
-    step would not show, so the origin is not established."""
-    if ParamCheck.STEP_START in (meta.get("param_checks") or ()):
+def _caveat_unchecked_parameters(
+    divergence: Divergence, run: RunFile, row: int, metas: list[dict[str, Any]]
+) -> Divergence:
+    """An origin that reads weights, where they are not known to match: a run whose recorder
+    did not fingerprint them again at each step (an older diverge), or no weight recorded
+    before this record (recording began at a later step: ``--steps``)."""
+    checked = all(ParamCheck.STEP_START in (meta.get("param_checks") or ()) for meta in metas)
+    if checked and (run.records["kind"][:row] == Kind.PARAM).any():
         return divergence
-    text = (
-        "; but origin not established: this run's parameters were not fingerprinted again at "
-        "each step's start, so a write through .data or inside an optimizer step (LBFGS) "
-        "before this call would not show (recorded by an older diverge: record it again)"
-    )
+    if checked:
+        text = (
+            "; but origin not established: no weight was recorded before it (recording began "
+            f"at step {int(run.records['step'][0])}), so the weights it read are not known "
+            "to match"
+        )
+    else:
+        text = (
+            "; but origin not established: a run's parameters were not fingerprinted again at "
+            "each step's start, so a write through .data or inside an optimizer step (LBFGS) "
+            "before this call would not show (recorded by an older diverge: record it again)"
+        )
     return replace(divergence.extended(text), origin=None).with_facts(unseen="parameters")
 
 

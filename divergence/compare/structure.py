@@ -18,6 +18,7 @@ from divergence.store.schema import (
     EVAL_NOTES,
     SAMPLE_WEIGHT,
     WRITTEN_AT_EXIT,
+    WRITTEN_UNVERSIONED,
     Kind,
     Phase,
     note_parts,
@@ -231,10 +232,13 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             "run's did not, so the runs end with other weights"
         )
     if probe.kind == Kind.PARAM and probe.phase in WRITE_PHASES:
+        how = (
+            " through .data (no version counter moved)" if probe.note == WRITTEN_UNVERSIONED else ""
+        )
         return (
-            f"run {which} wrote `{probe.name}` after its last record by other code than an "
-            f"optimizer step (seen {written_when(probe.phase, probe.step)}); the other run did "
-            "not"
+            f"run {which} wrote `{probe.name}`{how} after its last record by other code than "
+            f"an optimizer step (seen {written_when(probe.phase, probe.step)}); the other run "
+            "did not"
         )
     if probe.kind == Kind.OPTIM_STATE and probe.phase == Phase.INIT:
         return (

@@ -40,6 +40,7 @@ def made(recordings: Recordings) -> Made:
         for variant, args in VARIANTS.items():
             specs[(trainer, variant)] = recording(script, *args, copy=variant)
         specs[(trainer, "plain")] = recording(script, "--out", "{dir}/w.pt", plain=True)
+    specs[("lightning", "write")] = recording(SCRIPTS["lightning"], env={"WRITE_STEP": "2"})
     return dict(zip(specs, recordings.make_all(specs.values()), strict=True))
 
 
@@ -116,3 +117,13 @@ def test_a_flipped_bit_in_the_batch_is_named_where_it_first_shows(made: Made, tr
     assert found["origin"] is not True
     if trainer != "hf":
         assert "`dataloader` ran before it" in str(found["origin_text"])
+
+
+def test_a_write_through_data_in_a_lightning_hook_is_named(made: Made) -> None:
+    """``self.net[0].weight.data.mul_()`` in ``on_train_batch_start``: the model called is the
+    LightningModule's ``net``, whose weights are checked at every step's first call."""
+    found = first(made, "lightning", "write")
+    where = (found["reason"], found["step"], found["phase"], found["kind"], found["location"])
+    assert where == ("structure", 2, "forward", "param", "net.0.weight")
+    assert found["cause"] == "parameters"
+    assert "run B wrote `net.0.weight` through .data" in str(found["origin_text"])

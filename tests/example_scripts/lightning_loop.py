@@ -5,10 +5,13 @@ Seeded with ``seed_everything``; generated data; nothing is written but ``--out`
     python lightning_loop.py [--lr LR] [--seed S] [--flip-step N] [--out PATH]
 
 ``--flip-step N`` flips the lowest bit of the batch's first element at training step N.
+``WRITE_STEP=N`` in the environment halves the first layer's weight through ``.data`` in
+``on_train_batch_start`` of step N (a write no version counter shows).
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import lightning as L
@@ -29,6 +32,10 @@ class Regressor(L.LightningModule):
         if self.global_step == self.flip_step:
             x = flipped(x)
         return nn.functional.mse_loss(self.net(x), y)
+
+    def on_train_batch_start(self, batch: list[torch.Tensor], index: int) -> None:
+        if self.global_step == int(os.environ.get("WRITE_STEP", "-1")):
+            self.net[0].weight.data.mul_(0.5)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.lr)

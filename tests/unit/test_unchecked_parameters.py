@@ -15,9 +15,13 @@ from divergence.store.schema import Kind, Phase
 from tests.unit.written_runs import fingerprint, new_session
 
 
-def write_run(path: Path, output: int, **meta: Any) -> Path:
+def write_run(path: Path, output: int, weights: bool = True, **meta: Any) -> Path:
+    """One step: the model's initial weight (unless ``weights`` is false: recording began
+    later), its batch and its output."""
     session = new_session(path, **meta)
     session.begin_event()
+    if weights:
+        session.add(Phase.INIT, Kind.PARAM, "fc.weight", fingerprint(5))
     session.add(Phase.DATA, Kind.BATCH, "Net", fingerprint(1))
     session.add(Phase.FORWARD, Kind.OUTPUT, "Net", fingerprint(output))
     session.optimizer_stepped()
@@ -39,3 +43,20 @@ def test_an_unchecked_run_leaves_the_origin_open(tmp_path: Path, checks: list[st
     assert first is not None and first.origin is None
     assert "origin not established" in first.origin_text
     assert "through .data" in first.origin_text
+
+
+def test_no_weight_recorded_before_leaves_the_origin_open(tmp_path: Path) -> None:
+    """A ``--steps`` window's first step: the weights it read were never recorded."""
+    a = write_run(tmp_path / "a", 2, weights=False)
+    b = write_run(tmp_path / "b", 3, weights=False)
+    first = compare_runs(a, b).first
+    assert first is not None and first.origin is None
+    assert "no weight was recorded before it (recording began at step 0)" in first.origin_text
+
+
+def test_one_unchecked_run_of_the_two_leaves_the_origin_open(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", 2)
+    b = write_run(tmp_path / "b", 3, param_checks=None)
+    for pair in ((a, b), (b, a)):
+        first = compare_runs(*pair).first
+        assert first is not None and first.origin is None

@@ -28,7 +28,12 @@ WRAPPERS = frozenset(
     {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"}
 )
 # ... and the holders a trainer puts around a model; a model's path starts below them
-HOLDERS = WRAPPERS | {"_LightningModuleWrapperBase", "_LightningPrecisionModuleWrapperBase"}
+HOLDERS = WRAPPERS | {
+    "_LightningModuleWrapperBase",
+    "_LightningPrecisionModuleWrapperBase",
+    "_FabricModule",
+    "DeepSpeedEngine",
+}
 
 
 # An uninitialised parameter where it was found: (its module, its key there, the parameter)
@@ -66,6 +71,10 @@ class ModuleTree:
         # tensors with ==, elementwise): id -> weak reference
         self.buffers_seen: dict[int, weakref.ref[torch.Tensor]] = {}
         self.keras_layers_seen = False
+        # a model called as a root whose module tree was adopted from its owner: the owner,
+        # whose parameters it reads (a LightningModule and its net)
+        self.owners: weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]
+        self.owners = weakref.WeakKeyDictionary()
 
     def name_of(self, module: torch.nn.Module) -> str:
         name = self.names.get(module)
@@ -79,6 +88,7 @@ class ModuleTree:
             owner = outermost_owner(module) if has_parameters else module
             if owner is not module and owner not in self.names:
                 self.adopt_root(owner)  # never called itself: a LightningModule's net
+                self.owners[module] = owner
                 return self.names[module]
             name = self.adopt_root(module)
         return name
@@ -243,7 +253,7 @@ def outermost_owner(module: torch.nn.Module) -> torch.nn.Module:
             obj
             for obj in gc.get_objects()
             if issubclass(type(obj), torch.nn.Module)  # not a weakref.proxy of one (Lightning's)
-            and any(child is owner for child in obj._modules.values())
+            and any(child is owner for child in (getattr(obj, "_modules", None) or {}).values())
         ]
         if len(parents) != 1 or type(parents[0]).__name__ in HOLDERS or id(parents[0]) in seen:
             return owner

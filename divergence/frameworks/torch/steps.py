@@ -47,7 +47,8 @@ class OptimizerSteps:
         # ids of the optimizers whose step() is running, outermost first: LBFGS calls the
         # model inside its own, ZeroRedundancyOptimizer another optimizer's step
         self.stepping: list[int] = []
-        self.calls_in_step = 0  # model calls since the outermost running step() began
+        self.closure_calls = 0  # calls of the outermost running step()'s closure
+        self.settings_in_step = False  # its settings recorded before its own writes
         self.running: dict[int, torch.optim.Optimizer] = {}  # the stepping ones, by id
         # the parameters the optimizers of the last step that had optimizer steps updated, by
         # id: the ones whose later writes are the training's end state
@@ -102,14 +103,18 @@ class OptimizerSteps:
         self._enter_step(optimizer)
         # torch passes step()'s own arguments: the optimizer first, then the closure
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
-        if not callable(closure) or all(self.params.name_of(p) for p in _params(optimizer)):
+        if not callable(closure):
             self.before_update(optimizer)
             return None
-        looked = False
+        looked = all(self.params.name_of(p) for p in _params(optimizer))
+        if looked:
+            self.before_update(optimizer)
         before_update = self.recorder.guard(self.before_update)
+        steps = self
 
         def closure_then_look(*a: Any, **k: Any) -> Any:
             nonlocal looked
+            steps.closure_calls += 1  # each call a period of the parameter checks
             result = closure(*a, **k)
             if not looked:
                 looked = True
@@ -175,7 +180,8 @@ class OptimizerSteps:
         if id(optimizer) in self.stepping:
             del self.stepping[self.stepping.index(id(optimizer)) :]
         if not self.stepping:
-            self.calls_in_step = 0
+            self.closure_calls = 0
+            self.settings_in_step = False
             self.running.clear()
         self.stepping.append(id(optimizer))
         self.running[id(optimizer)] = optimizer
@@ -268,11 +274,12 @@ class OptimizerSteps:
             self.session.add(Phase.OPTIMIZER, Kind.HYPERPARAM, settings, fingerprint, note=text)
 
     def add_settings_in_step(self) -> None:
-        """Before the writes an optimizer made inside its own step (LBFGS, between closure
-        calls), recorded at its next model call: the settings they used, so that settings
-        that differ come first. Recorded again after the step."""
+        """Once a step, before the writes an optimizer made inside its own step (LBFGS, between
+        closure calls), recorded at the next model call: the settings they used, so that
+        settings that differ come first. Recorded again after the step."""
         optimizer = self.running.get(self.stepping[0]) if self.stepping else None
-        if optimizer is not None:
+        if optimizer is not None and not self.settings_in_step:
+            self.settings_in_step = True
             for g in range(len(optimizer.param_groups)):
                 self._add_settings(optimizer, g)
 

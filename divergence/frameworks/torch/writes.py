@@ -40,48 +40,48 @@ class ParameterWrites:
         # parameters a freed model held, written since their last record: by id, (name, their
         # fingerprint when the model was freed), for the end of the recording
         self.freed_writes: dict[int, tuple[str, Fingerprint]] = {}
-        # each root's step when its parameters were last all fingerprinted
-        self.checked: weakref.WeakKeyDictionary[torch.nn.Module, int]
+        # each root's period (:meth:`_period`) when its parameters were last all fingerprinted
+        self.checked: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, ...]]
         self.checked = weakref.WeakKeyDictionary()
 
-    def add_written_parameters(self, root: torch.nn.Module) -> None:
-        """The root's parameters written since they were last recorded by other code than the
-        running optimizer step, recorded before the forward that reads them so that compare
-        names the write instead of a module. At the step's first call of the root every
-        parameter is fingerprinted again, whatever its version counter says (a write through
-        ``.data`` moves none); later calls look at version counters. Inside an optimizer
-        step (LBFGS's closure) a later call's writes are the optimizer's own, recorded in
-        the optimizer phase. Outside ``--steps`` nothing is looked at: a write made there
-        shows at the first recorded call."""
+    def add_written_parameters(self, model: torch.nn.Module) -> None:
+        """The parameters ``model`` reads that were written since they were last recorded by
+        other code than the running optimizer step, recorded before the forward that reads
+        them so that compare names the write instead of a module.
+
+        At a model's first call in a step, every parameter is fingerprinted again, whatever
+        its version counter says (a write through ``.data`` moves none); later calls look at
+        version counters. Inside an optimizer step that calls a closure (LBFGS), each closure
+        call is such a period: from the second one on, what the optimizer wrote since is
+        recorded in the optimizer phase, after its settings. Outside ``--steps`` nothing is
+        looked at: a write made there shows at the first recorded call."""
         if not self.session.begin_event():
             return
-        if self._first_call_in_step(root):
+        root = self.tree.owners.get(model, model)  # a LightningModule's net reads its params
+        period = self._period()
+        if self.checked.get(root) == period:
             for name, param in self._read_by(root):
-                self.records.add_if_changed(Phase.FORWARD, name, param)
+                self.records.add_if_written(Phase.FORWARD, name, param)
             return
+        self.checked[root] = period
         phase = Phase.FORWARD
-        if self.steps.stepping:
+        if self.steps.stepping and self.steps.closure_calls > 1:
+            self.steps.add_settings_in_step()
             phase = Phase.OPTIMIZER
-            if self.steps.calls_in_step == 2:
-                self.steps.add_settings_in_step()
         for name, param in self._read_by(root):
-            self.records.add_if_written(phase, name, param)
+            self.records.add_if_changed(phase, name, param)
 
     def _read_by(self, root: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         yield from self.params.read_by(root)
         yield from self.steps.bare_parameters()  # which model reads them is unknown
 
-    def _first_call_in_step(self, root: torch.nn.Module) -> bool:
-        """Whether this call of ``root`` is its first in the step; inside an optimizer step,
-        the first model call since that step began."""
+    def _period(self) -> tuple[int, ...]:
+        """What a model's first call is counted in: the step; inside an optimizer step, the
+        call of its closure."""
         steps = self.steps
         if steps.stepping:
-            steps.calls_in_step += 1
-            return steps.calls_in_step == 1
-        step = self.session.current_step
-        first = self.checked.get(root) != step
-        self.checked[root] = step
-        return first
+            return (self.session.current_step, steps.optimizer_steps, steps.closure_calls)
+        return (self.session.current_step,)
 
     def add_updated_parameters(self) -> None:
         """At ``divergence.step()``: the parameters the step's own code wrote (a manual
