@@ -82,6 +82,17 @@ def _unversioned(divergence: Divergence) -> bool:
     return any(p is not None and p.note == WRITTEN_UNVERSIONED for p in probes)
 
 
+def _recorded_from(meta: dict[str, Any]) -> int:
+    """The first step ``--steps`` let the recorder record (0 for every step).
+
+    >>> _recorded_from({"record_config": {"steps": "3:5"}}), _recorded_from({})
+    (3, 0)
+    """
+    steps = str((meta.get("record_config") or {}).get("steps") or "0:")
+    start = steps.split(":", 1)[0]
+    return int(start) if start.isdigit() else 0
+
+
 def _written_between(run: RunFile, row: int, step: int) -> str:
     """When a write seen at step ``step``'s first model call was made.
 
@@ -104,7 +115,8 @@ def _caveat_unchecked_parameters(
     did not fingerprint them again at each step (an older diverge), or no weight recorded
     before this record (recording began at a later step: ``--steps``)."""
     checked = all(ParamCheck.STEP_START in (meta.get("param_checks") or ()) for meta in metas)
-    if checked and (run.records["kind"][:row] == Kind.PARAM).any():
+    windowed = any(_recorded_from(meta) > 0 for meta in metas)
+    if checked and not (windowed and not (run.records["kind"][:row] == Kind.PARAM).any()):
         return divergence
     if checked:
         text = (
