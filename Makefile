@@ -53,10 +53,10 @@ test-fast: $(STAMP) $(TRITON_STAMP)
 	$(VENV)/bin/pytest -q -m "not slow" --in-process-only -n $(WORKERS) --durations=10
 
 # Line coverage of divergence/, the processes the tests start included; recordings are made
-# afresh (a cached one runs no code).
+# afresh (a cached one runs no code) by real processes, not forked from the tests' zygotes.
 coverage: $(STAMP) $(TRITON_STAMP)
 	rm -rf .cache/coverage && mkdir -p .cache/coverage
-	@export COVERAGE_FILE=$(CURDIR)/.cache/coverage/data DIVERGE_TEST_CACHE=$(CURDIR)/.cache/coverage/runs; \
+	@export COVERAGE_FILE=$(CURDIR)/.cache/coverage/data DIVERGE_TEST_CACHE=$(CURDIR)/.cache/coverage/runs DIVERGE_TEST_ZYGOTE=0; \
 	$(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL); status=$$?; \
 	$(VENV)/bin/coverage combine -q && \
 	$(VENV)/bin/coverage report --sort=cover | tail -n 25 && \
