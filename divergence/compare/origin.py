@@ -273,7 +273,7 @@ def _explain_outside(d: Divergence, run: RunFile, kind: Kind, same_step: np.ndar
     where its origin lies, outside what was recorded."""
     name = d.location
     late, initial = d.facts.seen == "late", d.phase == Phase.INIT
-    d = replace(d, origin_text=_origin_outside(kind, name, d.step, late, initial))
+    d = replace(d, origin_text=_origin_outside(kind, name, d.step, late, initial, d.phase))
     if loss_scale(kind, name):
         d = replace(d, origin=True)  # an input of the step, as a GradScaler's state is
     earlier = _models_before(run, same_step, name) if kind == Kind.BATCH else []
@@ -343,7 +343,12 @@ def _in_eval_mode(run: RunFile, row: int) -> bool:
 
 
 def _origin_outside(
-    kind: Kind, name: str, step: int, late: bool = False, initial: bool = False
+    kind: Kind,
+    name: str,
+    step: int,
+    late: bool = False,
+    initial: bool = False,
+    phase: Phase | None = None,
 ) -> str:
     if kind == Kind.PARAM and late:
         return (
@@ -378,6 +383,11 @@ def _origin_outside(
             f"before training: the value {code(name)} started from differs (what the model "
             "was built with or loaded: a checkpoint's running statistics, a pruning mask, a "
             "spectral norm's vectors)"
+        )
+    if kind == Kind.BUFFER and phase == Phase.FORWARD:  # seen before a model's first call
+        return (
+            f"outside the model, before step {step}'s forward: code wrote {code(name)} after "
+            f"its record at step {step - 1}'s optimizer step (through .data, or in place)"
         )
     if kind == Kind.BUFFER:
         return f"in the forward passes that update {code(name)} (running statistics)"

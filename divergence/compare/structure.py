@@ -240,6 +240,12 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             f"an optimizer step (seen {written_when(probe.phase, probe.step)}); the other run "
             "did not"
         )
+    if probe.kind == Kind.BUFFER and probe.phase == Phase.FORWARD:
+        return (
+            f"run {which} wrote `{probe.name}` outside the model after step {probe.step - 1}'s "
+            f"optimizer step and before step {probe.step}'s forward (through .data, or in "
+            "place); the other run did not"
+        )
     if probe.kind == Kind.OPTIM_STATE and probe.phase == Phase.INIT:
         return (
             f"run {which}'s optimizer held state (`{probe.name}`) before its first step (step "
@@ -276,7 +282,8 @@ def written_at_exit(key: str, a: RunFile, b: RunFile, n: int) -> Divergence | No
 def _writes_weights(probe: Probe) -> bool:
     """Whether ``probe`` records a parameter written outside an optimizer step."""
     outside = probe.phase in WRITE_PHASES or probe.note == WRITTEN_AT_EXIT
-    return probe.kind == Kind.PARAM and outside
+    buffer = probe.kind == Kind.BUFFER and probe.phase == Phase.FORWARD
+    return (probe.kind == Kind.PARAM and outside) or buffer
 
 
 def _mark_written_at_exit(divergence: Divergence, probe: Probe) -> Divergence:

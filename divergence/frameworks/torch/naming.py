@@ -70,6 +70,9 @@ class ModuleTree:
         # the buffers whose initial values are recorded, by identity (a WeakSet compares
         # tensors with ==, elementwise): id -> weak reference
         self.buffers_seen: dict[int, weakref.ref[torch.Tensor]] = {}
+        # each buffer's fingerprint value when last recorded after an optimizer step, by id: a
+        # write before the next forward shows (in a loop without one, a forward writes them)
+        self.buffer_prints: dict[int, object] = {}
         self.keras_layers_seen = False
         # a model called as a root whose module tree was adopted from its owner: the owner,
         # whose parameters it reads (a LightningModule and its net)
@@ -233,7 +236,29 @@ class ModuleTree:
             for path, buffer in root.named_buffers():
                 name = prefix + path
                 if self.session.wants(name) and not is_lazy(buffer):
-                    self.records.add(Phase.OPTIMIZER, Kind.BUFFER, name, buffer)
+                    # past the cache: BatchNorm's kernels update running statistics in place
+                    # without moving their version counters
+                    fingerprint = self.records.add(
+                        Phase.OPTIMIZER, Kind.BUFFER, name, buffer, cached=False
+                    )
+                    self.buffer_prints[id(buffer)] = fingerprint.value
+
+    def add_written_buffers(self, root: torch.nn.Module) -> None:
+        """Before a model's first call in a step: its buffers whose bits differ from their
+        record after the last optimizer step (written since, through ``.data`` or in place),
+        in the forward phase, so that the module reading them is not taken for the origin."""
+        prefix = next((p for ref, _, p in self.roots if ref() is root), None)
+        if prefix is None:
+            return
+        for path, buffer in root.named_buffers():
+            name, last = prefix + path, self.buffer_prints.get(id(buffer))
+            if not isinstance(last, int) or is_lazy(buffer) or not self.session.wants(name):
+                continue
+            fingerprint = self.records.cache.get(buffer, cached=False)
+            if fingerprint.value != last:
+                self.records.cache.put(buffer, fingerprint)
+                self.records.add(Phase.FORWARD, Kind.BUFFER, name, buffer)
+                self.buffer_prints[id(buffer)] = fingerprint.value
 
 
 def outermost_owner(module: torch.nn.Module) -> torch.nn.Module:

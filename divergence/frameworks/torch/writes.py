@@ -64,6 +64,8 @@ class ParameterWrites:
                 self.records.add_if_written(Phase.FORWARD, name, param)
             return
         self.checked[root] = period
+        if not self.steps.stepping or self.steps.closure_calls <= 1:
+            self.tree.add_written_buffers(root)
         phase = Phase.FORWARD
         if self.steps.stepping and self.steps.closure_calls > 1:
             self.steps.add_settings_in_step()
