@@ -14,10 +14,6 @@ from tests.conftest import assert_repeats_and_keeps_its_bits
 from tests.harness.cli import compare_json
 from tests.harness.recordings import Recorded, Recordings, recording
 
-pytest.importorskip("lightning")
-pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
-
 SCRIPTS = {
     "lightning": "lightning_loop.py",
     "hf": "hf_trainer.py",
