@@ -20,6 +20,10 @@ from divergence.frameworks.torch.records import Records
 from divergence.frameworks.torch.steps import OptimizerSteps
 from divergence.store.schema import Phase
 
+# FSDP (use_orig_params) points such a parameter's ``.data`` at its shard or at the gathered
+# whole as it runs: bits that differ from the last record are FSDP's view, not a write
+FSDP_FLATTENED = "_fsdp_flattened"
+
 
 class ParameterWrites:
     """Looks for writes at a model call, at an explicit step and at exit."""
@@ -71,7 +75,10 @@ class ParameterWrites:
             self.steps.add_settings_in_step()
             phase = Phase.OPTIMIZER
         for name, param in self._read_by(root):
-            self.records.add_if_changed(phase, name, param)
+            if getattr(param, FSDP_FLATTENED, False):  # its .data is FSDP's shard or whole
+                self.records.add_if_written(phase, name, param)
+            else:
+                self.records.add_if_changed(phase, name, param)
 
     def _read_by(self, root: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         yield from self.params.read_by(root)
