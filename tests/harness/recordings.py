@@ -190,6 +190,20 @@ class Recordings:
             self._zygotes = Zygotes(child_env())
         return self._zygotes.python_for(script)
 
+    def _torchrun_workers(self, command: list[str], env: Mapping[str, str]) -> dict[str, str]:
+        """``PYTHON_EXEC``, the interpreter torchrun starts its workers with: a zygote's client
+        that knows the ``OMP_NUM_THREADS=1`` torchrun sets for more than one worker."""
+        script = next((word for word in command[1:] if word.endswith(".py")), None)
+        if script is None or "PYTHON_EXEC" in env:
+            return {}
+        nproc = (
+            command[command.index("--nproc_per_node") + 1] if "--nproc_per_node" in command else "1"
+        )
+        threads = {} if "OMP_NUM_THREADS" in env or nproc == "1" else {"OMP_NUM_THREADS": "1"}
+        if self._zygotes is None:
+            self._zygotes = Zygotes(child_env())
+        return {"PYTHON_EXEC": self._zygotes.python_for(script, threads)}
+
     def make(self, spec: Recording) -> Recorded:
         directory = self.cache / spec.key()
         done = self._done(directory)
@@ -257,15 +271,18 @@ class Recordings:
 
     def _run(self, spec: Recording, directory: Path) -> subprocess.CompletedProcess[str]:
         command = spec.command_for(directory)
+        env = child_env(spec.env_for(directory))
         if len(command) > 1 and command[0] == sys.executable:
             command[0] = self._python_for(command[1])
+        elif Path(command[0]).name == "torchrun":
+            env.update(self._torchrun_workers(command, env))
         if not spec.plain:
             record = [sys.executable, "-m", "divergence", "record", *spec.options]
             command = [*record, "-o", str(directory / "run"), "--", *command]
         return subprocess.run(
             command,
             cwd=ROOT,
-            env=child_env(spec.env_for(directory)),
+            env=env,
             capture_output=True,
             text=True,
             timeout=TIMEOUT,

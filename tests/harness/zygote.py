@@ -27,6 +27,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,7 +46,9 @@ AT_IMPORT = (
     "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "DNNL_", "ONEDNN_", "TF_", "XLA_", "KERAS_",
     "TORCH", "CUDA", "CUBLAS", "NCCL_", "PYTHON", "LD_", "MALLOC", "NUMPY", "TRITON",
 )  # fmt: skip
-OWN = ("PYTHONPATH", "DIVERGE_")  # what the launcher adds: set in the child before anything runs
+# what the launcher adds (set in the child before anything runs), and what torchrun gives its
+# workers, read when the program sets up its process group, not at import
+OWN = ("PYTHONPATH", "DIVERGE_", "PYTHON_EXEC", "TORCHELASTIC_", "TORCH_NCCL_")
 
 
 def kind_of(source: str) -> str | None:
@@ -67,19 +71,24 @@ def reads_at_import(name: str) -> bool:
 
 
 class Zygotes:
-    """This test process's zygotes, one per framework, started on first use and stopped at exit.
+    """This test process's zygotes, one per framework and environment read at import, started
+    on first use and stopped at exit.
 
     ``python_for(script)`` is the interpreter to put in a recording's command: a client of the
-    script's zygote, or the real Python.
+    script's zygote, or the real Python. ``python_for(script, {"OMP_NUM_THREADS": "1"})`` is
+    one for children that get those variables besides the tests' environment (torchrun's
+    workers), served by a zygote that started with them.
     """
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.folder = Path(tempfile.mkdtemp(prefix="zyg-"))
-        self.started: dict[str, subprocess.Popen[bytes]] = {}
+        self.clients: dict[tuple[str, tuple[tuple[str, str], ...]], Path] = {}
+        self.started: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
         atexit.register(self.stop)
 
-    def python_for(self, script: str) -> str:
+    def python_for(self, script: str, extra: Mapping[str, str] | None = None) -> str:
         path = Path(script)
         if os.environ.get("DIVERGE_TEST_ZYGOTE") == "0" or path.name in NOT_FORKED:
             return sys.executable
@@ -89,34 +98,33 @@ class Zygotes:
             return sys.executable
         if kind is None:
             return sys.executable
-        if kind not in self.started:
-            self.started[kind] = self._start(kind)
-        return str(self.folder / f"python-{kind}")
+        key = (kind, tuple(sorted((extra or {}).items())))
+        with self._lock:  # a registry makes recordings on two threads
+            if key not in self.clients:
+                client = self.folder / f"python-{kind}-{len(self.clients)}"
+                self.started.append(self._start(kind, client, {**self.env, **dict(key[1])}))
+                self.clients[key] = client
+            return str(self.clients[key])
 
-    def _start(self, kind: str) -> subprocess.Popen[bytes]:
-        socket_path = self.folder / f"{kind}.sock"
-        client = self.folder / f"python-{kind}"
+    def _start(self, kind: str, client: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        socket_path = client.with_suffix(".sock")
+        at_import = {name: value for name, value in env.items() if reads_at_import(name)}
         client.write_text(
             f"#!{sys.executable} -IS\n"
             f"import sys\nsys.path.insert(0, {str(HERE)!r})\n"
             f"import zygote_client\n"
             f"zygote_client.main({str(socket_path)!r}, {sys.executable!r}, {AT_IMPORT!r}, "
-            f"{OWN!r}, {self._at_import()!r})\n"
+            f"{OWN!r}, {at_import!r})\n"
         )
         client.chmod(0o755)
         code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import zygote_server; "
         code += f"zygote_server.serve({str(socket_path)!r}, {list(IMPORTS[kind])!r})"
-        return subprocess.Popen(
-            [sys.executable, "-c", code], env=self.env, stdin=subprocess.DEVNULL
-        )
-
-    def _at_import(self) -> dict[str, str]:
-        return {name: value for name, value in self.env.items() if reads_at_import(name)}
+        return subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL)
 
     def stop(self) -> None:
-        for process in self.started.values():
+        for process in self.started:
             process.terminate()
-        for process in self.started.values():
+        for process in self.started:
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -18,19 +18,33 @@ def main(socket_path: str, python: str, prefixes: tuple, excluded: tuple, at_imp
     argv = sys.argv[1:]
     read = {n for n in os.environ if n.startswith(prefixes) and not n.startswith(excluded)}
     same = all(os.environ.get(name) == at_import.get(name) for name in read | set(at_import))
-    if not same or not _a_script(argv):
+    unbuffered = argv[:1] == ["-u"]  # how torchrun starts its workers
+    script_argv = argv[1:] if unbuffered else argv
+    if not same or not _a_script(script_argv):
+        _log("env" if not same else "command", argv)
         os.execv(python, [python, *argv])
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(socket_path)
-        _send(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "python": python})
+        request = {"argv": script_argv, "env": dict(os.environ), "cwd": os.getcwd()}
+        _send(sock, {**request, "python": python, "unbuffered": unbuffered})
         replies = sock.makefile("r")
         pid = int(replies.readline())
     except (OSError, ValueError):  # not up yet, or gone: nothing was run
+        _log("down", argv)
         os.execv(python, [python, *argv])
+    _log("forked", argv)
     for signum in FORWARDED:
         signal.signal(signum, lambda number, frame: os.kill(pid, number))
     _exit_like(replies.readline())
+
+
+def _log(how: str, argv: list) -> None:
+    """One line to the file ``DIVERGE_TEST_ZYGOTE_LOG`` names, if any: forked, or why not."""
+    path = os.environ.get("DIVERGE_TEST_ZYGOTE_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(f"{how} {' '.join(argv)}\n")
 
 
 def _a_script(argv: list) -> bool:

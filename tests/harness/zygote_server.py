@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import importlib
 import importlib.machinery
+import io
 import json
 import os
 import random
@@ -94,7 +95,9 @@ def _become_program(request: dict, fds: list, base_path: list) -> None:
     argv = request["argv"]
     script = argv[0]
     sys.argv = list(argv)
-    sys.orig_argv = [request["python"], *argv]
+    sys.orig_argv = [request["python"], *(["-u"] if request["unbuffered"] else []), *argv]
+    if request["unbuffered"]:
+        _unbuffered_streams()
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [os.path.abspath(p) for p in extra] + base_path
     importlib.invalidate_caches()
@@ -105,6 +108,17 @@ def _become_program(request: dict, fds: list, base_path: list) -> None:
         importlib.import_module("sitecustomize")
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     _run_as_main(script)
+
+
+def _unbuffered_streams() -> None:
+    """``sys.stdout`` and ``sys.stderr`` as ``python -u`` makes them: every write reaches the
+    file at once."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "w", closefd=False)
+        stream = io.TextIOWrapper(raw, old.encoding, old.errors, write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 def _fresh_seeds() -> None:
