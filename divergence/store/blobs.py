@@ -27,7 +27,7 @@ class Damaged(ValueError):
 
 def encode_strings(strings: Iterable[str]) -> bytes:
     """Strings as the strings blob holds them: each a u4 little-endian length, then UTF-8."""
-    parts = []
+    parts: list[bytes] = []
     for text in strings:
         data = text.encode("utf-8", "backslashreplace")  # a lone surrogate as text
         parts += (STRING_LENGTH.pack(len(data)), data)
@@ -42,7 +42,8 @@ def decode_strings(blob: bytes) -> list[str]:
     Traceback (most recent call last):
     divergence.store.blobs.Damaged: string 0 at byte 0 claims 5 bytes, 2 are left
     """
-    strings, position, size = [], 0, len(blob)
+    strings: list[str] = []
+    position, size = 0, len(blob)
     unpack, width = STRING_LENGTH.unpack_from, STRING_LENGTH.size
     while position < size:
         if size - position < width:

@@ -91,7 +91,7 @@ def _check_markers(records: np.ndarray, ends: np.ndarray) -> None:
 def _check_blocks(records: np.ndarray, ends: np.ndarray) -> None:
     """Each block's rows (after the previous marker, up to this one) against the CRC-32 in
     its marker: a flipped byte in a record is damage, never a divergence."""
-    data = records.view(np.uint8)
+    data = records.view(np.uint8).data
     start = 0
     wanted = records[MARKER_BLOCK_CRC][ends].tolist()
     for end, crc in zip(ends.tolist(), wanted, strict=True):
@@ -123,7 +123,10 @@ def _strings(file: h5py.File, records: np.ndarray, ends: np.ndarray) -> list[str
     crc, done = 0, 0
     for length, want, step in zip(lengths, wanted, steps, strict=True):
         if length < done:
-            raise Damaged(f"damaged at step {step}: its strings table length went back")
+            raise Damaged(
+                f"damaged strings table: step {step} gives it {length} bytes, fewer than the "
+                "step before"
+            )
         crc, done = zlib.crc32(blob[done:length], crc), length
         if crc != want:
             raise Damaged(
