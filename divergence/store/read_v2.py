@@ -27,6 +27,7 @@ from divergence.store.schema import (
     META,
     RECORD_DTYPE,
     STRINGS,
+    TENSORS,
 )
 
 ITEMSIZE = RECORD_DTYPE.itemsize
@@ -76,6 +77,17 @@ def dump(dataset: h5py.Dataset) -> tuple[np.ndarray, str]:
         return value, bytes(dtype).decode("ascii")
     except (TypeError, UnicodeDecodeError):
         raise Damaged(f"damaged dump {name}: its dtype {dtype!r} is not a name") from None
+
+
+def check_dumps(records: np.ndarray, dumped: frozenset[int]) -> None:
+    """The dumps present are those of the rows whose ``dump`` flag is set: a dump's name
+    changed by a flipped bit would give another record's tensor."""
+    flagged = np.flatnonzero(records["dump"] == 1)
+    if set(flagged.tolist()) != dumped:
+        row = min(set(flagged.tolist()) ^ dumped)
+        raise Damaged(
+            f"damaged '{TENSORS}': the dumps and the records' dump flags disagree at row {row}"
+        )
 
 
 def _check_markers(records: np.ndarray, ends: np.ndarray) -> None:
@@ -148,7 +160,8 @@ def _check_counts(end: dict[str, Any], records: np.ndarray, ends: np.ndarray) ->
     rows, steps = end.get("rows"), end.get("steps")
     if not isinstance(rows, int) or not isinstance(steps, int):
         raise Damaged(f"damaged '{END}': it does not say how many rows and steps were written")
-    found = int(np.unique(records["step"][ends]).size)
+    marked = records["step"][ends]  # steps counted as the writer counts them: a new step
+    found = int(np.count_nonzero(np.diff(marked) != 0)) + 1 if marked.size else 0
     if (rows, steps) != (records.size, found):
         raise Damaged(
             f"damaged: {rows} rows of {steps} steps were written, {records.size} rows of "

@@ -121,6 +121,9 @@ class RunFile:
             raise CorruptRunError(
                 f"{path}: records name strings that are missing", hint=HINT_CORRUPT
             )
+        dumped = _dumped_rows(file, complete)
+        if version != FORMAT_V1:
+            read_v2.check_dumps(records, dumped)
         stopped = read_writing_stopped(path) if end is None else None
         if stopped is not None:  # the end its writer could not write: where and why it stopped
             end = {"write_error": stopped["error"], "failure_step": stopped["step"]}
@@ -135,7 +138,7 @@ class RunFile:
             torn_rows=int(np.count_nonzero(kinds[complete:] != Kind.INVALID)),
             steps=np.unique(raw["step"][ends]),
             step_ends=ends,
-            dumped_rows=_dumped_rows(file, complete),
+            dumped_rows=dumped,
             kind_column=kinds[:complete],
             format_version=version,
         )

@@ -220,6 +220,7 @@ def test_an_end_that_does_not_count_the_rows_is_damage(tmp_path: Path) -> None:
         (lambda f: f.__delitem__(TENSORS), "damaged: no 'tensors' group"),
         (lambda f: f.__delitem__(RECORDS), "damaged: 'records' is a NoneType, not a dataset"),
         (lambda f: f[TENSORS].move("1", "x1"), "damaged 'tensors': a dump not named by its row"),
+        (lambda f: f[TENSORS].move("1", "3"), "the records' dump flags disagree at row 1"),
         (lambda f: f.attrs.__setitem__("exit_status", "0"), "damaged exit status ('0'"),
     ],
 )
