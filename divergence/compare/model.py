@@ -30,6 +30,20 @@ class Reason(StrEnum):
     LENGTH = "length"
 
 
+class Caveat(StrEnum):
+    """What a report says about a run's files beside the verdict, as a code (report/caveats.py
+    says it in words)."""
+
+    # written in run format 1: no checksums, so a damaged byte could read as a divergence
+    UNCHECKED_FORMAT = "unchecked_format"
+
+
+@dataclass(frozen=True)
+class RunCaveat:
+    run: str  # "A" or "B"
+    caveat: Caveat
+
+
 class Role(StrEnum):
     """A rank's part in how a multi-process run diverged (compare/roles.py says which)."""
 
@@ -348,6 +362,7 @@ class Comparison:
     picture: tuple[str, ...] = ()  # the per-rank story, one line a role
     other_scripts: bool = False  # compared with --other-scripts: show needs it too
     failed_runs: tuple[str, ...] = ()  # "A", "B": the runs whose command ended non-zero
+    caveats: tuple[RunCaveat, ...] = ()  # what holds for a run's files: each said once
 
     @property
     def first(self) -> Divergence | None:

@@ -20,11 +20,13 @@ from divergence.compare.engine import compare_files
 from divergence.compare.environment import environment_differences
 from divergence.compare.facts import run_facts
 from divergence.compare.model import (
+    Caveat,
     Comparison,
     Divergence,
     EnvDifference,
     ProcessComparison,
     Reason,
+    RunCaveat,
 )
 from divergence.compare.notes import completeness_notes, failure_notes
 from divergence.compare.origin_collective import explain_collective
@@ -42,7 +44,7 @@ from divergence.compare.windows import common_window
 from divergence.errors import CorruptRunError
 from divergence.store.reader import RunFile
 from divergence.store.run import Process, Run
-from divergence.store.schema import Kind, Phase
+from divergence.store.schema import FORMAT_V1, Kind, Phase
 from divergence.wording import counted, recording_failure
 
 
@@ -87,6 +89,7 @@ def compare_ranks(
         notes,
         other_scripts=other_scripts,
         failed_runs=tuple(sorted(gathered.failed)),
+        caveats=tuple(sorted(gathered.caveats, key=lambda c: (c.run, c.caveat))),
     )
     if len(comparison.processes) > 1:
         comparison = place_ranks(comparison)
@@ -127,6 +130,7 @@ class _Gathered:
     notes: list[str] = field(default_factory=list)
     environment: list[EnvDifference] = field(default_factory=list)
     failed: set[str] = field(default_factory=set)  # runs whose command ended non-zero
+    caveats: set[RunCaveat] = field(default_factory=set)
 
     def note(self, *notes: str) -> None:
         self.notes.extend(n for n in dict.fromkeys(notes) if n and n not in self.notes)
@@ -203,12 +207,15 @@ def _load(
     if process is None:
         return None, ""
     try:
-        return process.load(), ""
+        file = process.load()
     except CorruptRunError as exc:
         if not tolerant:
             raise
         gathered.notes.append(f"run {which} {key}: {exc.message}")
         return None, exc.message
+    if file.format_version == FORMAT_V1:
+        gathered.caveats.add(RunCaveat(which, Caveat.UNCHECKED_FORMAT))
+    return file, ""
 
 
 def _unpaired(

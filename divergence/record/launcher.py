@@ -23,10 +23,10 @@ from types import FrameType
 
 import h5py
 
-from divergence.errors import RecordError
+from divergence.errors import DivergenceError, RecordError
 from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
 from divergence.store.reader import read_meta
-from divergence.store.schema import FORMAT_MARKER
+from divergence.store.schema import is_format_marker
 from divergence.store.writer import STOPPED_MARK, mark_exit_status
 from divergence.wording import counted, describe_status
 
@@ -133,7 +133,7 @@ def is_run_file(path: Path) -> bool:
         return False
     try:
         with h5py.File(path, "r", locking=False) as file:
-            return bool(file.attrs.get("diverge_format") == FORMAT_MARKER)
+            return is_format_marker(file.attrs.get("diverge_format"))
     except Exception:  # not HDF5, or damaged past reading: not known to be a run's
         return False
 
@@ -362,7 +362,7 @@ def _notes(files: list[Path]) -> list[str]:
     for file in files:
         try:
             found = read_meta(file).get("notes")
-        except (OSError, ValueError):  # an unreadable file is compare's to report
+        except (OSError, ValueError, DivergenceError):  # compare's to report
             continue
         if isinstance(found, list):
             notes += [n for n in found if isinstance(n, str) and n not in notes]

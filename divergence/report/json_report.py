@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from divergence.compare.model import Comparison, Divergence, ProcessComparison
+from divergence.report.caveats import caveats_json
 from divergence.report.commands import divergence_commands
 
 SCHEMA = "diverge.compare/1"
@@ -28,6 +29,8 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "ranks": {role.value: list(keys) for role, keys in comparison.ranks.items()},
         "picture": list(comparison.picture),
         "notes": list(comparison.notes),
+        # what holds for a run's files: [{"run": "A", "code": "unchecked_format", "text"}]
+        "caveats": caveats_json(comparison.caveats),
         # diverge show / replay at the first divergence (report/commands.py)
         "commands": divergence_commands(comparison),
     }

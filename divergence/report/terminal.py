@@ -27,6 +27,7 @@ from divergence.compare.model import (
     display_value,
 )
 from divergence.report.cause import cause_lines
+from divergence.report.caveats import caveat_lines
 from divergence.report.commands import divergence_commands
 from divergence.store.schema import Kind, Phase, message_direction, note_parts
 from divergence.wording import counted
@@ -49,7 +50,7 @@ class ComparisonReport:
         c = self.comparison
         yield verdict(c)
         yield Text(f"  A {c.run_a}\n  B {c.run_b}", style="dim")
-        for note in c.notes:
+        for note in (*c.notes, *caveat_lines(c.caveats)):
             yield Padding(Text(f"note: {note}", style="yellow"), (0, 0, 0, 2))
         if c.environment:
             yield section("Environment differences")

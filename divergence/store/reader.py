@@ -1,4 +1,5 @@
-"""Read one process's run file, validating the format and cutting a torn tail.
+"""Read one process's run file, validating the format and cutting a torn tail. What differs
+between format versions is in ``read_v2`` (its checks) and ``read_v1``.
 
 >>> # RunFile.open("runs/a/rank0.h5").steps_complete  -> number of completed steps
 """
@@ -6,7 +7,6 @@
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
@@ -18,17 +18,20 @@ import numpy as np
 
 from divergence.errors import CorruptRunError, IncompatibleVersionError, NotARunError
 from divergence.fingerprint import Algorithm
+from divergence.store import read_v1, read_v2
+from divergence.store.blobs import Damaged
 from divergence.store.schema import (
-    FORMAT_MARKER,
+    FORMAT_V1,
     FORMAT_VERSION,
     KIND_VALUES,
     PHASE_VALUES,
     RECORD_DTYPE,
     RECORDS,
-    STRINGS,
+    STEP_END_MAGIC,
     TENSORS,
     Kind,
     Status,
+    is_format_marker,
     step_end_fp,
 )
 from divergence.store.writer import read_writing_stopped
@@ -68,6 +71,7 @@ class RunFile:
     source_rows: np.ndarray | None = None
     step_shift: int = 0
     kind_column: np.ndarray | None = field(default=None, repr=False)  # see :attr:`kinds`
+    format_version: int = FORMAT_VERSION  # 1: no checksums (a damaged byte reads as a value)
 
     @classmethod
     def open(cls, path: str | Path) -> RunFile:
@@ -77,6 +81,8 @@ class RunFile:
                 return cls._read(path, file)
         except (NotARunError, IncompatibleVersionError, CorruptRunError):
             raise
+        except Damaged as exc:
+            raise CorruptRunError(f"{path}: {exc}", hint=HINT_CORRUPT) from exc
         except FileNotFoundError as exc:
             raise CorruptRunError(f"{path}: file not found") from exc
         except PermissionError as exc:  # the run itself may be fine: not "record it again"
@@ -96,44 +102,28 @@ class RunFile:
 
     @classmethod
     def _read(cls, path: Path, file: h5py.File) -> RunFile:
-        marker = file.attrs.get("diverge_format")
-        if marker != FORMAT_MARKER:
-            raise NotARunError(
-                f"{path}: not a diverge run (no format marker)",
-                hint="pass a directory written by 'diverge record'",
-            )
-        version = file.attrs.get("format_version", -1)
-        if not isinstance(version, int | np.integer):  # text or a float: none diverge writes
-            version = repr(version.item() if isinstance(version, np.generic) else version)
-        if version != FORMAT_VERSION:
-            raise IncompatibleVersionError(
-                f"{path}: written in run format version {version}, this diverge reads "
-                f"version {FORMAT_VERSION}",
-                hint="compare it with the diverge version that recorded it",
-            )
-        raw = _read_records(file[RECORDS])
-        strings = [s.decode() if isinstance(s, bytes) else str(s) for s in file[STRINGS][()]]
+        version = stored_version(path, file)
+        raw = _read_records(path, file.get(RECORDS))
         kinds = np.ascontiguousarray(raw["kind"])
         ends = np.flatnonzero(kinds == Kind.STEP_END)
+        if version != FORMAT_V1:  # only genuine markers end a block: the rest fail its check
+            ends = ends[_genuine(raw, ends)]
         complete = _complete_prefix(raw, ends)
         ends = ends[ends < complete]
         records = raw[:complete]
         _check_fields(path, records)
+        if version == FORMAT_V1:
+            contents = read_v1.contents(file)
+        else:
+            contents = read_v2.contents(file, records, ends)
+        strings, end = contents.strings, contents.end
         if records.size and int(_string_ids(records).max()) >= len(strings):
             raise CorruptRunError(
                 f"{path}: records name strings that are missing", hint=HINT_CORRUPT
             )
-        try:
-            meta = json.loads(file.attrs.get("meta", "{}"))
-            end = json.loads(file.attrs["end"]) if "end" in file.attrs else None
-        except json.JSONDecodeError as exc:
-            raise CorruptRunError(
-                f"{path}: damaged metadata (not JSON: {exc.msg})", hint=HINT_CORRUPT
-            ) from exc
-        if not isinstance(meta, dict) or not isinstance(end, dict | None):
-            raise CorruptRunError(
-                f"{path}: damaged metadata (not a JSON object)", hint=HINT_CORRUPT
-            )
+        dumped = _dumped_rows(file, complete)
+        if version != FORMAT_V1:
+            read_v2.check_dumps(records, dumped)
         stopped = read_writing_stopped(path) if end is None else None
         if stopped is not None:  # the end its writer could not write: where and why it stopped
             end = {"write_error": stopped["error"], "failure_step": stopped["step"]}
@@ -141,15 +131,16 @@ class RunFile:
             path=path,
             records=records,
             strings=strings,
-            meta=meta,
+            meta=contents.meta,
             end=end,
-            exit_status=int(file.attrs["exit_status"]) if "exit_status" in file.attrs else None,
+            exit_status=_exit_status(file),
             # rows of a step that never ended (zero rows allocated ahead are not torn)
             torn_rows=int(np.count_nonzero(kinds[complete:] != Kind.INVALID)),
             steps=np.unique(raw["step"][ends]),
             step_ends=ends,
-            dumped_rows=frozenset(int(k) for k in file[TENSORS] if int(k) < complete),
+            dumped_rows=dumped,
             kind_column=kinds[:complete],
+            format_version=version,
         )
 
     def damaged(self, row: int) -> CorruptRunError:
@@ -226,7 +217,12 @@ class RunFile:
         stored = row if self.source_rows is None else int(self.source_rows[row])
         with open_hdf5(self.path) as file:
             dataset = file[TENSORS][str(stored)]
-            return dataset[()], str(dataset.attrs["dtype"])
+            if self.format_version == FORMAT_V1:
+                return read_v1.dump(dataset)
+            try:
+                return read_v2.dump(dataset)
+            except Damaged as exc:
+                raise CorruptRunError(f"{self.path}: {exc}", hint=HINT_CORRUPT) from exc
 
     def view(self, rows: np.ndarray, step_shift: int = 0) -> RunFile:
         """The file as if it held only ``rows`` (in order), its steps numbered ``step_shift``
@@ -328,16 +324,65 @@ def _matches(name: str, pattern: str) -> bool:
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
-    """Only the metadata of a run file (cheap: no records are read)."""
+    """Only the metadata of a run file (cheap: no records are read); format 2's is checked."""
     with open_hdf5(Path(path)) as file:
-        return dict(json.loads(file.attrs.get("meta", "{}")))
+        if file.attrs.get("format_version") != FORMAT_VERSION:
+            return read_v1.meta(file)  # or {} from a file without it: opening it says why
+        try:
+            return read_v2.meta(file)
+        except Damaged as exc:
+            raise CorruptRunError(f"{path}: {exc}", hint=HINT_CORRUPT) from exc
 
 
-def _read_records(dataset: h5py.Dataset) -> np.ndarray:
+def stored_version(path: Path, file: h5py.File) -> int:
+    """The format version of a file that carries the run marker: one this diverge reads."""
+    if not is_format_marker(file.attrs.get("diverge_format")):
+        raise NotARunError(
+            f"{path}: not a diverge run (no format marker)",
+            hint="pass a directory written by 'diverge record'",
+        )
+    version = file.attrs.get("format_version", -1)
+    if not isinstance(version, int | np.integer):  # text or a float: none diverge writes
+        version = repr(version.item() if isinstance(version, np.generic) else version)
+    if version not in (FORMAT_V1, FORMAT_VERSION):
+        raise IncompatibleVersionError(
+            f"{path}: written in run format version {version}, this diverge reads "
+            f"version {FORMAT_VERSION} (and {FORMAT_V1})",
+            hint="compare it with the diverge version that recorded it",
+        )
+    return int(version)
+
+
+def _exit_status(file: h5py.File) -> int | None:
+    status = file.attrs.get("exit_status")
+    if status is None:
+        return None
+    if not isinstance(status, int | np.integer):
+        raise Damaged(f"damaged exit status ({status!r}: not an integer)")
+    return int(status)
+
+
+def _dumped_rows(file: h5py.File, complete: int) -> frozenset[int]:
+    """The rows a dump was written for, up to ``complete``."""
+    group = file.get(TENSORS)
+    if not isinstance(group, h5py.Group):
+        raise Damaged(f"damaged: no '{TENSORS}' group")
+    names = list(group)
+    if not all(name.isdigit() for name in names):
+        raise Damaged(f"damaged '{TENSORS}': a dump not named by its row")
+    return frozenset(row for name in names if (row := int(name)) < complete)
+
+
+def _read_records(path: Path, dataset: object) -> np.ndarray:
     """The whole ``records`` dataset, read straight into its array (h5py's slicing path costs
-    a third more on millions of rows)."""
+    a third more on millions of rows). Its type must be :data:`RECORD_DTYPE` exactly: a field
+    renamed by a flipped bit would be left as uninitialised memory."""
     if not isinstance(dataset, h5py.Dataset):  # a damaged link can name a group or a type
-        raise TypeError(f"'{RECORDS}' is a {type(dataset).__name__}, not a dataset")
+        raise Damaged(f"damaged: '{RECORDS}' is a {type(dataset).__name__}, not a dataset")
+    if dataset.dtype != RECORD_DTYPE or dataset.ndim != 1:
+        missing = [n for n in RECORD_DTYPE.names or () if n not in (dataset.dtype.names or ())]
+        what = f"no field {', '.join(missing)}" if missing else "other field types or layout"
+        raise Damaged(f"damaged: the records are not a diverge record's type ({what})")
     records = np.empty(dataset.shape, dtype=RECORD_DTYPE)
     if records.size:
         dataset.id.read(h5py.h5s.ALL, h5py.h5s.ALL, records)
@@ -348,6 +393,12 @@ def _string_ids(records: np.ndarray) -> np.ndarray:
     """The four string-id fields (name, dtype, shape, note: adjacent in a record) as one
     (n, 4) view, so validating them is one pass over the records instead of four."""
     return records.view(_STRING_IDS)["ids"]
+
+
+def _genuine(raw: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which of the marker rows ``ends`` hold their step's marker ``fp``, as a mask."""
+    steps = raw["step"][ends].astype(np.uint64)
+    return np.asarray(raw["fp"][ends] == steps ^ np.uint64(STEP_END_MAGIC))
 
 
 def _complete_prefix(raw: np.ndarray, ends: np.ndarray) -> int:

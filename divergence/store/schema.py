@@ -3,15 +3,22 @@
 A run is a directory with one HDF5 file per recorded process: ``rank<R>.h5`` when ``RANK`` is set,
 else ``pid<PID>.h5``. Each file holds:
 
-* attrs ``diverge_format`` (= :data:`FORMAT_MARKER`), ``format_version`` (= :data:`FORMAT_VERSION`),
-  ``meta`` (JSON: command, versions, environment, determinism settings), ``end`` (JSON, written at
-  a clean exit) and ``exit_status`` (written by ``diverge record`` when the command ends);
+* attrs ``diverge_format`` (= :data:`FORMAT_MARKER`, fixed-length bytes), ``format_version``
+  (= :data:`FORMAT_VERSION`) and ``exit_status`` (written by ``diverge record`` when the command
+  ends);
+* ``meta`` (JSON: command, versions, environment, determinism settings) and ``end`` (JSON, written
+  at a clean exit): uint8 datasets of UTF-8 JSON, each with a ``crc32`` attr;
 * ``records``: a chunked, resizable 1-D compound dataset of :data:`RECORD_DTYPE`, in execution
-  order;
-  every step ends with a :attr:`Kind.STEP_END` marker whose ``fp`` is ``step ^ STEP_END_MAGIC``;
-* ``strings``: variable-length UTF-8 strings; ``name``, ``dtype`` and ``note`` fields index it;
-* ``tensors/<row>``: full copies of the records that were dumped (``dump == 1``), with the attr
-  ``dtype`` (torch-style name); dtypes numpy lacks are stored as unsigned bit views.
+  order; every block of a step ends with a :attr:`Kind.STEP_END` marker whose ``fp`` is
+  ``step ^ STEP_END_MAGIC`` and whose string fields hold the checks (:func:`step_end_row`);
+* ``strings``: a uint8 blob, each string a u4 little-endian length then its UTF-8 bytes;
+  ``name``, ``dtype``, ``shape`` and ``note`` fields index it;
+* ``tensors/<row>``: full copies of the records that were dumped (``dump == 1``), with the attrs
+  ``dtype`` (torch-style name, fixed-length bytes) and ``crc32``; dtypes numpy lacks are stored
+  as unsigned bit views.
+
+Format 1 (read still, by ``store/read_v1.py``) held ``meta``, ``end`` and the marker as
+variable-length string attributes, ``strings`` as variable-length strings, and no checks.
 """
 
 from __future__ import annotations
@@ -24,12 +31,18 @@ import numpy as np
 from divergence.errors import CorruptRunError
 
 FORMAT_MARKER = "diverge-run"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+FORMAT_V1 = 1  # still read: no checksums, variable-length strings (store/read_v1.py)
 STEP_END_MAGIC = 0xD1BE_26E5_0000_5EED
 RECORDS = "records"
 STRINGS = "strings"
 TENSORS = "tensors"
 CHUNK_RECORDS = 2048  # rows per chunk (78 KiB): small runs stay small
+META, END = "meta", "end"  # format 2: uint8 datasets of JSON; format 1: string attributes
+CRC_ATTR = "crc32"  # format 2: the zlib CRC-32 of a dataset's bytes (meta, end, a dump)
+DTYPE_ATTR = "dtype"  # a dump's torch-style dtype name
+CHUNK_STRING_BYTES = 16384  # the strings blob's chunk
+STRING_LENGTH = struct.Struct("<I")  # before each string's UTF-8 bytes in the strings blob
 
 
 class Phase(IntEnum):
@@ -313,8 +326,42 @@ def join_rows(step: int, rows: list[bytes]) -> bytes:
     return STEP_STRUCT.pack(step).join([b"", *rows])
 
 
-def step_end_row(step: int) -> bytes:
-    """The end-of-step marker row that closes every step's block."""
+# Format 2: the fields of a step-end marker that hold its checks (its string fields, which no
+# marker uses): the CRC-32 of its block's rows, the strings blob's length in bytes once the
+# step's strings were written, and the CRC-32 of the blob up to that length. ``note`` stays 0.
+MARKER_BLOCK_CRC, MARKER_STRINGS_BYTES, MARKER_STRINGS_CRC = "name", "dtype", "shape"
+MARKER_CHECKS = (MARKER_BLOCK_CRC, MARKER_STRINGS_BYTES, MARKER_STRINGS_CRC)
+
+
+def is_format_marker(value: object) -> bool:
+    """Whether an attribute is the run marker: fixed-length bytes (format 2) or a string (1).
+
+    >>> is_format_marker(np.bytes_(b"diverge-run")), is_format_marker("diverge-run")
+    (True, True)
+    >>> is_format_marker(b"other"), is_format_marker(None)
+    (False, False)
+    """
+    if isinstance(value, bytes):  # np.bytes_ too
+        return value == FORMAT_MARKER.encode()
+    return isinstance(value, str) and value == FORMAT_MARKER
+
+
+def step_end_row(
+    step: int, block_crc: int = 0, strings_bytes: int = 0, strings_crc: int = 0
+) -> bytes:
+    """The end-of-step marker row that closes every step's block, with its checks (format 2:
+    see :data:`MARKER_CHECKS`)."""
     return RECORD_STRUCT.pack(
-        step, step_end_fp(step), 0, 0, 0, 0, 0, Phase.MARKER, Kind.STEP_END, 0, 0, 0
+        step,
+        step_end_fp(step),
+        block_crc,
+        strings_bytes,
+        strings_crc,
+        0,
+        0,
+        Phase.MARKER,
+        Kind.STEP_END,
+        0,
+        0,
+        0,
     )

@@ -5,7 +5,8 @@ chunks, their file offsets known) and each step's rows are one ``os.pwrite`` int
 a step costs one system call instead of an HDF5 chunk rewrite and flush, and a process killed at
 any instant leaves every completed step in the file (the kernel holds the written pages). HDF5
 itself writes only when the space grows, when new strings or dumps arrive, and at close (which
-trims the dataset to the rows written).
+trims the dataset to the rows written). Each step's end marker carries its checks (format 2):
+the CRC-32 of its rows and of the strings blob so far, kept running here.
 
 >>> import tempfile, os, numpy as np
 >>> path = os.path.join(tempfile.mkdtemp(), "pid1.h5")
@@ -19,11 +20,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
-import json
 import os
 import re
 import shutil
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,16 @@ import h5py
 import numpy as np
 
 from divergence.errors import RecordError
+from divergence.store.blobs import crc32, encode_strings, read_json, write_json
 from divergence.store.schema import (
     CHUNK_RECORDS,
+    CHUNK_STRING_BYTES,
+    CRC_ATTR,
+    DTYPE_ATTR,
+    END,
     FORMAT_MARKER,
     FORMAT_VERSION,
+    META,
     RECORD_DTYPE,
     RECORDS,
     STRINGS,
@@ -54,6 +61,7 @@ LATE_META_KEYS = (
     "dataloaders",
     "compile",
 )
+MAX_STRING_BYTES = 0xFFFF_FFFF
 AHEAD_CHUNKS = 64  # at most this many chunks are allocated ahead of the rows written
 # Writers a forked child inherited: kept referenced so the child never closes (and so rewrites)
 # its parent's file; see RunFileWriter.abandon.
@@ -161,6 +169,8 @@ class RunFileWriter:
         self.path = Path(path)
         self._records = RecordSpace(file, records, path)
         self._strings = file[STRINGS]
+        self._strings_bytes = int(self._strings.shape[0])  # the blob's length and its CRC-32
+        self._strings_crc = crc32(self._strings[()])
         self.steps = 0  # distinct steps written
         self._last_step: int | None = None
         self.bytes_dumped = 0
@@ -177,9 +187,10 @@ class RunFileWriter:
             file = h5py.File(path, "w-", libver=("earliest", "latest"))
         except (FileExistsError, OSError) as exc:
             raise RecordError(f"{path}: cannot create run file ({exc})") from exc
-        file.attrs["diverge_format"] = FORMAT_MARKER
+        # no variable-length type anywhere: HDF5's global heap, damaged, can hang libhdf5
+        file.attrs["diverge_format"] = np.bytes_(FORMAT_MARKER)
         file.attrs["format_version"] = FORMAT_VERSION
-        file.attrs["meta"] = json.dumps(meta, sort_keys=True, default=str)
+        write_json(file, META, meta)
         allocate_early = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
         allocate_early.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
         no_chunk_cache = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
@@ -194,10 +205,8 @@ class RunFileWriter:
             dapl=no_chunk_cache,  # HDF5 keeps no copy of a chunk that pwrite changes under it
             fill_time="alloc",  # zeros on disk at allocation: unwritten rows read as INVALID
         )
-        strings = file.create_dataset(
-            STRINGS, shape=(1,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,)
-        )
-        strings[0] = ""
+        empty = np.frombuffer(encode_strings([""]), dtype=np.uint8)  # strings[0] == ""
+        file.create_dataset(STRINGS, data=empty, maxshape=(None,), chunks=(CHUNK_STRING_BYTES,))
         file.create_group(TENSORS)
         file.flush()
         try:
@@ -212,37 +221,46 @@ class RunFileWriter:
         """Append one step: new strings and dumps first (HDF5, flushed), then the records
         and the end marker in one write, so a kill never leaves a row naming a missing string.
         ``block`` is the step's rows, packed (:func:`~divergence.store.schema.join_rows`) or
-        a ``RECORD_DTYPE`` array."""
+        a ``RECORD_DTYPE`` array. The marker holds the checks of the rows and of the strings
+        blob up to the step's strings."""
         rows = block if isinstance(block, bytes) else block.tobytes()
         count = len(rows) // RECORD_DTYPE.itemsize + 1  # and the step's end marker
         dumped = sum(dump.array.nbytes for dump in dumps)
-        ensure_room(self.path, self._records.growth(count) + dumped + 64 * len(strings))
-        if strings:
-            start = self._strings.shape[0]
-            self._strings.resize((start + len(strings),))
-            self._strings[start:] = strings
+        blob = encode_strings(strings) if strings else b""
+        ensure_room(self.path, self._records.growth(count) + dumped + len(blob) + 64)
+        if blob:
+            start, end = self._strings_bytes, self._strings_bytes + len(blob)
+            if end > MAX_STRING_BYTES:  # its length must fit the marker's u4 field
+                raise RecordError(f"{self.path}: the strings table would pass 4 GiB")
+            self._strings.resize((end,))
+            self._strings[start:] = np.frombuffer(blob, dtype=np.uint8)
+            self._strings_bytes, self._strings_crc = end, zlib.crc32(blob, self._strings_crc)
         first = self.rows
         for dump in dumps:
             dataset = self._file[TENSORS].create_dataset(str(first + dump.index), data=dump.array)
-            dataset.attrs["dtype"] = dump.dtype
+            dataset.attrs[DTYPE_ATTR] = np.bytes_(dump.dtype)
+            dataset.attrs[CRC_ATTR] = np.uint32(crc32(dump.array))
             self.bytes_dumped += dump.array.nbytes
-        if strings or dumps:
+        if blob or dumps:
             self._file.flush()
-        self._records.append(rows + step_end_row(step))
+        marker = step_end_row(step, zlib.crc32(rows), self._strings_bytes, self._strings_crc)
+        self._records.append(rows + marker)
         if step != self._last_step:  # a second optimizer's block continues its step
             self.steps += 1
             self._last_step = step
 
     def close(self, end: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
-        """Write the clean-exit attributes and close. ``meta`` adds what was learnt after the
-        file was created (notes, later seeds); values recorded at creation are kept."""
+        """Write the clean-exit datasets and close. ``meta`` adds what was learnt after the
+        file was created (notes, later seeds); values recorded at creation are kept. ``end``
+        gets the rows and steps written, which a reader checks its records against."""
         if meta:
-            known = json.loads(self._file.attrs["meta"])
+            known = read_json(self._file, META)
             late = {k: v for k, v in meta.items() if k not in known or k in LATE_META_KEYS}
-            self._file.attrs["meta"] = json.dumps({**known, **late}, sort_keys=True, default=str)
+            write_json(self._file, META, {**known, **late})
         try:
             self._records.close()
-            self._file.attrs["end"] = json.dumps({"time": time.time(), **end}, default=str)
+            counts = {"rows": self.rows, "steps": self.steps}
+            write_json(self._file, END, {"time": time.time(), **end, **counts})
         finally:
             self._file.close()
 

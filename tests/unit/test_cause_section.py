@@ -18,13 +18,14 @@ def cause_section(*options: str) -> list[str]:
 def test_the_cause_takes_four_lines_at_most() -> None:
     lines = cause_section()
     assert len(lines) <= 4
-    assert lines[0] == "data"
-    assert lines[2].startswith("  Evidence: the batch `dataloader` differs at step 0")
-    assert lines[3].startswith("  Fix: DataLoader(generator=torch.Generator().manual_seed(s))")
+    assert lines[0] == "seeds"  # the loader's own generator, seeded from OS entropy
+    assert lines[2].startswith("  Evidence: dataloaders.0.generator: own, initial seed")
+    assert lines[3].startswith("  Fix: seed the loader's generator with the same fixed value")
     assert lines[3].endswith("(--explain: why, and more)")
 
 
 def test_explain_gives_the_whole_explanation() -> None:
     text = " ".join(line.strip() for line in cause_section("--explain"))
-    assert "in_order=False" in text and "worker_init_fn" in text
+    assert "DataLoader(generator=torch.Generator().manual_seed(s))" in text
+    assert "workers' seeds differ" in text
     assert len(cause_section("--explain")) > 4

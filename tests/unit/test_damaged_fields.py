@@ -5,15 +5,17 @@ built on invalid values. Runs written through the real :class:`Session`, damaged
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 
 from divergence.compare import compare_runs
 from divergence.errors import CorruptRunError
 from divergence.report.info import run_summary
-from divergence.store.schema import RECORDS, Kind, Phase
+from divergence.store.schema import CRC_ATTR, META, RECORDS, Kind, Phase
 from tests.unit.written_runs import fingerprint, new_session
 
 
@@ -59,7 +61,9 @@ def test_a_damaged_record_is_named_with_its_file(tmp_path: Path, field: str, val
 def test_metadata_that_is_not_an_object_is_damage(tmp_path: Path) -> None:
     a, b = write_run(tmp_path / "a"), write_run(tmp_path / "b")
     (file,) = a.glob("*.h5")
-    with h5py.File(file, "r+") as f:
-        f.attrs["meta"] = json.dumps(["not", "an", "object"])
-    with pytest.raises(CorruptRunError, match="damaged metadata"):
+    with h5py.File(file, "r+") as f:  # (with its checksum: written so)
+        del f[META]
+        data = np.frombuffer(json.dumps(["not", "an", "object"]).encode(), np.uint8)
+        f.create_dataset(META, data=data).attrs[CRC_ATTR] = np.uint32(zlib.crc32(data))
+    with pytest.raises(CorruptRunError, match="damaged 'meta': not a JSON object"):
         compare_runs(a, b)

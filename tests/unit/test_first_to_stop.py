@@ -34,7 +34,7 @@ def _rank(path: Path, steps: int, raised: str = "", killed: bool = False) -> Pat
     file = next(path.glob("*.h5"))
     if killed:
         with h5py.File(file, "a") as h5:
-            del h5.attrs["end"]
+            del h5["end"]
     return file
 
 

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import h5py
@@ -27,13 +28,16 @@ from divergence.errors import (
 from divergence.store.reader import RunFile, read_meta
 from divergence.store.run import Run
 from divergence.store.schema import (
+    END,
     FORMAT_MARKER,
     FORMAT_VERSION,
+    META,
     RECORD_DTYPE,
     RECORDS,
     Kind,
     Phase,
     step_end_fp,
+    step_end_row,
 )
 from divergence.store.writer import Dump, RunFileWriter, mark_exit_status
 from tests.conftest import run_cli
@@ -59,7 +63,9 @@ def write_run(path: Path, steps: int = 3, rows: int = 4, close: bool = True) -> 
     for step in range(steps):
         strings = ["layer", "float32"] if step == 0 else []
         dumps = [Dump(1, np.arange(6, dtype=np.float32).reshape(2, 3) + step, "float32")]
-        w.append_step(step, make_block(step, rows), strings, dumps)
+        block = make_block(step, rows)
+        block["dump"][1] = 1  # (as the recorder flags a dumped record)
+        w.append_step(step, block, strings, dumps)
     if close:
         w.close({"clean_exit": True, "steps": steps})
     return w
@@ -117,7 +123,10 @@ def test_round_trip(tmp_path: Path) -> None:
     assert rf.records.size == 15
     for s in range(3):
         block = rf.records[s * 5 : s * 5 + 5]
-        assert block[:4].tolist() == make_block(s, 4).tolist()
+        assert block[:4][["step", "fp", "name", "kind"]].tolist() == (
+            make_block(s, 4)[["step", "fp", "name", "kind"]].tolist()
+        )
+        assert block[:4]["dump"].tolist() == [0, 1, 0, 0]
         assert block[4]["kind"] == Kind.STEP_END
         assert block[4]["phase"] == Phase.MARKER
         assert int(block[4]["fp"]) == step_end_fp(s)
@@ -348,6 +357,9 @@ def test_zero_filled_tail_is_dropped(tmp_path: Path) -> None:
 def test_forged_step_end_marker_is_not_a_step_end(tmp_path: Path) -> None:
     path = tmp_path / "a.h5"
     write_run(path, steps=2, rows=4)
+    with h5py.File(path, "r+") as f:  # as a killed writer leaves it
+        del f[END]
+        last = f[RECORDS][-1]
     tail = make_block(2, 3)
     forged = np.zeros(1, dtype=RECORD_DTYPE)
     forged["step"], forged["kind"] = 2, Kind.STEP_END
@@ -356,9 +368,9 @@ def test_forged_step_end_marker_is_not_a_step_end(tmp_path: Path) -> None:
     rf = RunFile.open(path)
     assert rf.steps.tolist() == [0, 1]
     assert rf.torn_rows == 4
-    # a genuine marker after it makes the whole step count again
-    genuine = forged.copy()
-    genuine["fp"] = step_end_fp(2)
+    # a genuine marker after it, with its checks, makes the whole step count again
+    block = zlib.crc32(np.concatenate([tail, forged]).tobytes())
+    genuine = np.frombuffer(step_end_row(2, block, last["dtype"], last["shape"]), RECORD_DTYPE)
     _append_raw(path, genuine)
     rf = RunFile.open(path)
     assert rf.torn_rows == 0
@@ -473,11 +485,13 @@ def test_marker_without_datasets_is_corrupt(tmp_path: Path) -> None:
 def test_bad_meta_json_is_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "a.h5"
     write_run(path)
-    with h5py.File(path, "r+") as f:
-        f.attrs["meta"] = "{not json"
+    with h5py.File(path, "r+") as f:  # (with its checksum: written so)
+        del f[META]
+        data = np.frombuffer(b"{not json", np.uint8)
+        f.create_dataset(META, data=data).attrs["crc32"] = np.uint32(zlib.crc32(data))
     with pytest.raises(CorruptRunError) as info:
         RunFile.open(path)
-    assert str(info.value).startswith(f"{path}: damaged metadata (not JSON: Expecting property")
+    assert str(info.value).startswith(f"{path}: damaged 'meta': not JSON (Expecting property")
 
 
 @pytest.mark.parametrize("fraction", [0.5, 0.1, 0.9])
@@ -507,13 +521,14 @@ def test_records_naming_missing_strings_are_corrupt(tmp_path: Path, field: str) 
 
 
 def _damaged_copy(tmp_path: Path, delta: int) -> Path:
-    """A run file with one byte flipped ``delta`` bytes after the name of its ``format_version``
-    attribute (inside that attribute's message: its datatype and dataspace)."""
+    """A run file with one byte flipped ``delta`` bytes after the name of the ``crc32``
+    attribute of its ``meta`` (inside that attribute's message: its datatype, dataspace and
+    value)."""
     good = tmp_path / "good.h5"
     if not good.exists():
         write_run(good, steps=1, rows=2)
     data = bytearray(good.read_bytes())
-    at = data.find(b"format_version")
+    at = data.find(b"crc32")
     assert at > 0
     data[at + delta] ^= 0xFF
     path = tmp_path / f"damaged{delta}.h5"
@@ -521,7 +536,7 @@ def _damaged_copy(tmp_path: Path, delta: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("delta", [60, 136, 156])
+@pytest.mark.parametrize("delta", [8, 12, 24, 32])
 def test_damaged_attribute_header_is_corrupt(tmp_path: Path, delta: int) -> None:
     path = _damaged_copy(tmp_path, delta)
     with pytest.raises(CorruptRunError) as info:
@@ -635,7 +650,7 @@ def test_meta_round_trips_through_json(tmp_path: Path) -> None:
     w = RunFileWriter.create(path, meta={"nested": {"k": [1, 2.5, None]}})
     w.close({})
     with h5py.File(path, "r") as f:
-        assert json.loads(f.attrs["meta"]) == {"nested": {"k": [1, 2.5, None]}}
+        assert json.loads(f[META][()].tobytes()) == {"nested": {"k": [1, 2.5, None]}}
     assert read_meta(path) == {"nested": {"k": [1, 2.5, None]}}
 
 

@@ -35,10 +35,11 @@ def main() -> None:
     path, mode, steps, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     writer = RunFileWriter.create(path, meta={"child": True, "pid": os.getpid()})
     for step in range(steps):
-        dumps = []
+        dumps, rows_of_step = [], block(step, rows)
         if step % 3 == 0:
             dumps = [Dump(1, np.full(4096, step, dtype=np.float32), "float32")]
-        writer.append_step(step, block(step, rows), [f"name-{step}"], dumps)
+            rows_of_step["dump"][1] = 1
+        writer.append_step(step, rows_of_step, [f"name-{step}"], dumps)
         print(step, flush=True)
     if mode == "abandon":
         os._exit(0)
