@@ -82,6 +82,8 @@ class Note(StrEnum):
     LEGACY = "legacy"
 
 
+# a root model's batch in an evaluation pass: torch's eval mode, Keras' inference call
+EVAL_NOTES = (Note.EVAL_MODE, Note.INFERENCE_CALL)
 # The codes written with a value; every other code is written alone.
 VALUED = frozenset(
     {

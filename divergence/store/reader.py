@@ -18,6 +18,7 @@ import numpy as np
 
 from divergence.errors import CorruptRunError, IncompatibleVersionError, NotARunError
 from divergence.fingerprint import Algorithm
+from divergence.store.notes import upgrade_v1
 from divergence.store.schema import (
     FORMAT_MARKER,
     FORMAT_VERSION,
@@ -134,6 +135,7 @@ class RunFile:
             raise CorruptRunError(
                 f"{path}: damaged metadata (not a JSON object)", hint=HINT_CORRUPT
             )
+        strings = upgrade_v1(records, strings, meta)  # format 1 noted in English: as codes
         stopped = read_writing_stopped(path) if end is None else None
         if stopped is not None:  # the end its writer could not write: where and why it stopped
             end = {"write_error": stopped["error"], "failure_step": stopped["step"]}

@@ -50,7 +50,7 @@ def test_every_code_has_words() -> None:
 @pytest.mark.parametrize("text", [*v1_sentences(), *V1_WITH_DATA])
 def test_a_format_1_note_reads_as_it_was_written(text: str) -> None:
     coded = from_v1(text)
-    assert coded != text or text.startswith("key=") and "; " not in text
+    assert coded != text or (text.startswith("key=") and "; " not in text)
     assert parse(coded)  # every part a known code, with its value where it takes one
     assert note_text(coded) == text
     assert from_v1(coded) == coded  # this version writes format 1 too: codes stay codes
