@@ -3,6 +3,8 @@ format-1 note reads back in the words it was written in, and codes parse."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,9 @@ def test_upgrade_keeps_names_and_settings_and_points_notes_at_codes() -> None:
     assert upgraded[:5] == strings  # a name or a dtype that reads like a note is no note
     assert [upgraded[i] for i in records["note"]] == ["meta_tensor", "lr=0.1", "", "eval_mode"]
     assert meta["notes"] == ["run_eagerly", "xla"]
+
+
+def test_format_md_documents_every_code() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "FORMAT.md").read_text()
+    table = text.split("### Notes\n", 1)[1].split("\n### ", 1)[0]
+    assert [code for code in Note if f"| `{code}" not in table and f"`{code}=" not in table] == []
