@@ -106,6 +106,8 @@ _CODES = {str(code): code for code in Note}
 
 
 class Part(NamedTuple):
+    """One part of a parsed note: its code and its value ("" for a code that takes none)."""
+
     code: Note
     value: str = ""
 
@@ -160,8 +162,9 @@ def parse(note: str) -> tuple[Part, ...]:
 
 
 def has(note: str, *codes: Note) -> bool:
-    """Whether ``note`` holds a part of one of ``codes``. Never raises: a data note, or a part
-    of an unknown code, is simply none of them.
+    """Whether ``note`` holds a part of one of ``codes``. Never raises: a part of an unknown
+    code (an op's call) is none of them. A settings text may name a setting as a code names
+    a meaning (``steps_per_execution=2``): ask it of coded notes only (:func:`is_data`).
 
     >>> has("key=x; eval_mode", Note.EVAL_MODE, Note.INFERENCE_CALL), has("", Note.KEY)
     (True, False)
@@ -189,7 +192,13 @@ def key(note: str) -> str:
 
 def is_data(note: str, settings: bool) -> bool:
     """Whether a stored note is data rather than parts: an op's call, or the text of a
-    ``hyperparam`` record (``settings``)."""
+    ``hyperparam`` record (``settings``).
+
+    >>> is_data('{"op": "aten.mm.default"}', False), is_data("lr=0.1", True)
+    (True, True)
+    >>> is_data("key=logits; eval_mode", False)
+    False
+    """
     return settings or note.startswith("{")
 
 
@@ -270,8 +279,8 @@ def upgrade_v1(records: np.ndarray, strings: list[str], meta: dict[str, Any]) ->
     """
     notes = records["note"]
     coded = np.zeros(len(strings), dtype=bool)
-    coded[notes[records["kind"] != Kind.HYPERPARAM]] = True
-    coded[notes[records["kind"] == Kind.HYPERPARAM]] = False
+    coded[notes] = True
+    coded[notes[records["kind"] == Kind.HYPERPARAM]] = False  # a settings text is no note
     table = np.arange(len(strings), dtype=notes.dtype)
     upgraded = list(strings)
     for index in np.flatnonzero(coded):
