@@ -45,6 +45,7 @@ def show(
     width: int | None,
 ) -> int:
     from divergence.compare.show import Shown, show_probes
+    from divergence.report.show import shown_json
 
     every: list[Shown] = show_probes(run, step, pattern, against, limit, other_scripts)
     differs = any(s.counts_as_difference for s in every)
@@ -56,7 +57,7 @@ def show(
             "against": against,
             "step": step,
             "probe": pattern,
-            "records": [s.to_json() for s in shown],
+            "records": [shown_json(s) for s in shown],
             "total": len(every),
             "left_off": len(left_off),
             "left_off_differing": sum(s.counts_as_difference for s in left_off),

@@ -24,7 +24,10 @@ from divergence.compare.evidence import (
 from divergence.compare.knowledge import Cause, labels, match_cause, matching_hints
 from divergence.compare.model import Divergence, EnvDifference, Reason, display_value
 from divergence.compare.origin_state import settings_difference
-from divergence.store.schema import EVAL_NOTES, Kind, Phase, message_direction, note_parts
+from divergence.report.notes import note_text
+from divergence.store import notes
+from divergence.store.notes import EVAL_NOTES
+from divergence.store.schema import Kind, Phase, message_direction
 
 
 def _only_the_layout_differs(divergence: Divergence) -> bool:
@@ -123,7 +126,7 @@ def _evidence(
     if d.kind == Kind.PARAM and phase == Phase.INIT and value:
         lines.append(InitialParameter(name, step, late=d.facts.seen == "late"))
     elif d.kind == Kind.BATCH and value:
-        evaluating = d.a is not None and note_parts(d.a.note)[1] in EVAL_NOTES
+        evaluating = d.a is not None and notes.has(d.a.note, *EVAL_NOTES)
         lines.append(BatchDiffers(name, step, phase, evaluating))
     elif d.origin and d.facts.op:
         lines.append(OpOutputDiffers(d.facts.op, d.facts.device or "cpu", d.slot))
@@ -147,5 +150,5 @@ def _evidence(
 
 def _senders(d: Divergence) -> str:
     """Where a received message came from in the two runs (the receive's notes)."""
-    a, b = ((probe.note or "from a sender not noted") if probe else "" for probe in (d.a, d.b))
+    a, b = (note_text(p.note) or "from a sender not noted" if p else "" for p in (d.a, d.b))
     return f"{a} in both runs" if a == b else f"{a} in run A, {b} in run B"

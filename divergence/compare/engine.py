@@ -20,8 +20,9 @@ from divergence.compare.refusals import refuse_mixed_algorithms
 from divergence.compare.rng_evidence import add_rng_evidence
 from divergence.compare.structure import structure_divergence, written_at_exit
 from divergence.compare.values import initial_value_first, value_divergence
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile
-from divergence.store.schema import BARE_TENSOR, Kind, Phase, Status
+from divergence.store.schema import Kind, Phase, Status
 
 
 def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
@@ -46,8 +47,8 @@ def compare_files(key: str, a: RunFile, b: RunFile) -> ProcessComparison:
         if (a.kinds[differing] == Kind.HYPERPARAM).all():
             settings = _differing_names(a, differing)
             value_differs, first_value = np.zeros_like(value_differs), None
-    if first_value is not None and BARE_TENSOR in a.strings:
-        bare = a.strings.index(BARE_TENSOR)
+    if first_value is not None and Note.BARE_TENSOR in a.strings:
+        bare = a.strings.index(Note.BARE_TENSOR)
         first_value = initial_value_first(a.records, value_differs, first_value, bare)
     first: Divergence | None = None
     if first_value is not None:

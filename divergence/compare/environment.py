@@ -10,6 +10,7 @@ import difflib
 from typing import Any
 
 from divergence.compare.model import EnvDifference
+from divergence.report.notes import meta_notes
 from divergence.store.environment import matters
 from divergence.store.names import flatten
 
@@ -22,8 +23,9 @@ IGNORED = frozenset(
 
 
 def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDifference]:
-    """Differences in versions, threads, determinism switches, env vars, arguments and seeds."""
-    fa, fb = flatten(a), flatten(b)
+    """Differences in versions, threads, determinism switches, env vars, arguments, seeds and
+    the recorders' notes (in words)."""
+    fa, fb = flatten(meta_notes(a)), flatten(meta_notes(b))
     keys = sorted(k for k in (set(fa) | set(fb)) - IGNORED if _compared(k))
     if fa.get("diverge_version") != fb.get("diverge_version"):  # that difference itself is listed
         keys = [k for k in keys if not _newer_setting(k, fa, fb)]

@@ -15,7 +15,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from divergence.compare.evidence import Evidence
-from divergence.store.schema import Kind, Phase, note_parts
+from divergence.store import notes
+from divergence.store.schema import Kind, Phase
 from divergence.wording import counted
 
 if TYPE_CHECKING:
@@ -67,8 +68,8 @@ class Probe:
     dtype: str
     shape: tuple[int, ...]
     fingerprint: int
-    skipped: str = ""
-    note: str = ""  # what the recorder noted (a hyperparameter's value, a hook warning)
+    skipped: str = ""  # why it was not fingerprinted: codes (store/notes.py)
+    note: str = ""  # what the recorder noted: codes (store/notes.py), or a settings text
 
     @property
     def label(self) -> str:
@@ -80,7 +81,7 @@ class Probe:
         >>> Probe(0, 0, Phase.BACKWARD, Kind.LOSS, "loss", 0, "float32", (), 0).label
         'loss'
         """
-        key = note_parts(self.note)[0]
+        key = notes.key(self.note)
         what = f"{self.kind.label.replace('_', ' ')}{f' {self.slot}' if self.slot else ''}"
         named = self.name and self.name != self.kind.label  # no "loss of loss"
         return f"{what}{f' ({key})' if key else ''}{f' of {self.name}' if named else ''}"

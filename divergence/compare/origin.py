@@ -28,20 +28,10 @@ from divergence.compare.origin_state import (
 )
 from divergence.compare.records import code, describe, has, has_kind, noted
 from divergence.fingerprint import Algorithm
+from divergence.store import notes
+from divergence.store.notes import EVAL_NOTES, Note
 from divergence.store.reader import RunFile, step_bounds
-from divergence.store.schema import (
-    EDITED_IN_TRACE,
-    EVAL_NOTES,
-    INFERENCE_CALL,
-    LOSS_INPUTS,
-    TARGETS,
-    WRITTEN_AT_EXIT,
-    WRITTEN_UNVERSIONED,
-    Kind,
-    ParamCheck,
-    Phase,
-    note_parts,
-)
+from divergence.store.schema import LOSS_INPUTS, TARGETS, Kind, ParamCheck, Phase
 from divergence.wording import WRITES_AFTER_TRAINING
 
 
@@ -79,7 +69,7 @@ def explain_origin(
 
 def _unversioned(divergence: Divergence) -> bool:
     probes = (divergence.a, divergence.b)
-    return any(p is not None and p.note == WRITTEN_UNVERSIONED for p in probes)
+    return any(p is not None and notes.has(p.note, Note.WRITTEN_UNVERSIONED) for p in probes)
 
 
 def _recorded_from(meta: dict[str, Any]) -> int:
@@ -236,7 +226,7 @@ def _explain_kind(
                 "before it matched"
             )
         return replace(d, origin=True, origin_text=text)
-    if kind == Kind.PARAM and noted(run, row, WRITTEN_AT_EXIT):
+    if kind == Kind.PARAM and noted(run, row, Note.WRITTEN_AT_EXIT):
         text = (
             f"after the last optimizer step, as the program ended (recorded in step {step}): "
             "its own code wrote "
@@ -246,7 +236,7 @@ def _explain_kind(
         return replace(d, origin=True, origin_text=text).with_facts(write="at_exit")
     if kind in (Kind.PARAM, Kind.OPTIM_STATE) and d.phase == Phase.OPTIMIZER:
         param = name.split("/")[0]
-        if has(run, same_step, Kind.PARAM_GRAD, param, Phase.OPTIMIZER, EDITED_IN_TRACE):
+        if has(run, same_step, Kind.PARAM_GRAD, param, Phase.OPTIMIZER, Note.EDITED_IN_TRACE):
             tape_seen = has(run, same_step, Kind.PARAM_GRAD, param, Phase.BACKWARD)
             return explain_update_of_unseen_gradient(replace(d, origin=True), param, tape_seen)
         settings = (
@@ -294,7 +284,7 @@ def _explain_evaluation_batch(divergence: Divergence) -> Divergence:
     with the other run's training batch)."""
     evaluating = []
     for probe in (divergence.a, divergence.b):
-        evaluating.append(probe is not None and note_parts(probe.note)[1] in EVAL_NOTES)
+        evaluating.append(probe is not None and notes.has(probe.note, *EVAL_NOTES))
     if all(evaluating):
         after = (
             f", run after step {divergence.step - 1}'s optimizer step if it came before this "
@@ -328,7 +318,7 @@ def explain_modes(divergence: Divergence, a: RunFile, b: RunFile, row: int) -> D
         if eval_a != eval_b:
             which, other = ("A", "B") if eval_a else ("B", "A")
             model = code(a.strings[records["name"][r]])
-            keras = noted(a if eval_a else b, int(r), INFERENCE_CALL)
+            keras = noted(a if eval_a else b, int(r), Note.INFERENCE_CALL)
             mode = "called for inference (training=False)" if keras else "in eval mode"
             text = (
                 f"; run {which}'s model ({model}) was {mode} in this step where run "

@@ -6,16 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from divergence.compare.model import Divergence
+from divergence.store.notes import Note, has, value
 from divergence.store.reader import RunFile
-from divergence.store.schema import (
-    RECEIVE,
-    REDUCE_OP,
-    SEND,
-    Kind,
-    message_direction,
-    message_peer,
-    message_senders,
-)
+from divergence.store.schema import RECEIVE, SEND, Kind, message_direction
 
 
 def explain_collective(divergence: Divergence, run: RunFile) -> Divergence:
@@ -82,9 +75,36 @@ def _explain_message(d: Divergence) -> Divergence:
 
 
 def _reduce_op(note: str) -> str:
-    """The reduction a collective's note names (:data:`REDUCE_OP`), SUM when it names none.
+    """The reduction a collective's note names (``reduce_op=MAX``), SUM when it names none.
 
-    >>> _reduce_op("reduce op MAX"), _reduce_op("")
+    >>> _reduce_op("reduce_op=MAX"), _reduce_op("")
     ('MAX', 'SUM')
     """
-    return note[len(REDUCE_OP) :] if note.startswith(REDUCE_OP) else "SUM"
+    return value(note, Note.REDUCE_OP) or "SUM"
+
+
+def message_peer(note: str) -> int | None:
+    """The global rank a message's note names (``from_rank=0``, ``to_rank=1``); None for a rank
+    in another group than the default one, or none.
+
+    >>> message_peer("from_rank=2"), message_peer("from_group_rank=2"), message_peer("")
+    (2, None, None)
+    """
+    text = value(note, Note.FROM_RANK) or value(note, Note.TO_RANK) or ""
+    return int(text) if text.isdigit() else None
+
+
+def message_senders(a: str, b: str) -> str:
+    """How two runs' notes of one receive name its sender: ``""`` the same rank (or unknown),
+    ``"any_source"`` another rank through a receive from any rank, ``"other_sender"`` another
+    rank the program named (``src=``): it received in another order.
+
+    >>> message_senders("from_rank=0", "from_rank=2; any_source")
+    'any_source'
+    >>> message_senders("from_rank=0", "from_rank=2"), message_senders("from_rank=0", "")
+    ('other_sender', '')
+    """
+    peers = message_peer(a), message_peer(b)
+    if None in peers or peers[0] == peers[1]:
+        return ""
+    return "any_source" if has(a, Note.ANY_SOURCE) or has(b, Note.ANY_SOURCE) else "other_sender"

@@ -11,8 +11,9 @@ import numpy as np
 from divergence.compare.model import Divergence
 from divergence.compare.records import code, describe, has, noted_in_either
 from divergence.store.names import parent_module
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile
-from divergence.store.schema import BEFORE_BACKWARD_HOOKS, BEFORE_HOOKS, BEFORE_PRE_HOOKS, Kind
+from divergence.store.schema import Kind
 
 
 def explain_output(
@@ -54,7 +55,7 @@ def explain_output(
         )
     else:
         text = f"inside {code(name)}'s forward: its inputs matched"
-    hooked = [i for i in call_inputs if noted_in_either(run, other, i, BEFORE_PRE_HOOKS)]
+    hooked = [i for i in call_inputs if noted_in_either(run, other, i, Note.BEFORE_PRE_HOOKS)]
     text += hooks_after(run, hooked[0], other) if hooked else ""
     matched = tuple(describe(run, i) for i in call_inputs)
     return replace(divergence, origin=True, origin_text=text, matched_inputs=matched)
@@ -130,17 +131,17 @@ def hooks_after(run: RunFile, row: int, other: RunFile | None = None) -> str:
     its forward hooks, an input before its pre-hooks), in either run, the words that name
     them as a place the difference after it can come from; else ""."""
     owner = code(run.strings[run.records["name"][row]])
-    if noted_in_either(run, other, row, BEFORE_HOOKS):
+    if noted_in_either(run, other, row, Note.BEFORE_HOOKS):
         return (
             f", or in a forward hook of {owner} (it has some: its output is recorded before they "
             "run)"
         )
-    if noted_in_either(run, other, row, BEFORE_PRE_HOOKS):
+    if noted_in_either(run, other, row, Note.BEFORE_PRE_HOOKS):
         return (
             f", or in a forward pre-hook of {owner} (it has some: its inputs are recorded before "
             "they run)"
         )
-    if noted_in_either(run, other, row, BEFORE_BACKWARD_HOOKS):
+    if noted_in_either(run, other, row, Note.BEFORE_BACKWARD_HOOKS):
         return (
             f", or in a backward hook of {owner} (it has some: the gradient into its output is "
             "recorded before they run)"

@@ -11,8 +11,9 @@ import numpy as np
 from divergence.compare.model import Divergence
 from divergence.compare.records import code
 from divergence.store.names import split_op_name
+from divergence.store.notes import Note, has
 from divergence.store.reader import RunFile
-from divergence.store.schema import UNINITIALISED, WRITTEN_BUFFER, WRITTEN_WHOLE, Kind
+from divergence.store.schema import Kind
 
 
 def explain_op(divergence: Divergence, run: RunFile, row: int) -> Divergence:
@@ -57,12 +58,12 @@ def explain_op(divergence: Divergence, run: RunFile, row: int) -> Divergence:
     reasons = {i: run.strings[records["note"][i]] for i in skipped}
     # A buffer of uninitialised memory that the op writes (dropout's bernoulli_ into an
     # empty_like) is not an input whose value could have carried the difference in.
-    buffers = [i for i in skipped if reasons[i] in WRITTEN_WHOLE]
-    garbage = [i for i in skipped if i not in buffers and reasons[i].startswith(UNINITIALISED)]
+    buffers = [i for i in skipped if has(reasons[i], Note.WRITTEN_BUFFER, Note.OVERWRITTEN)]
+    garbage = [i for i in skipped if has(reasons[i], Note.UNINITIALISED)]
     unknown = len(skipped) - len(buffers) - len(garbage)
     matched = f"{code(op)} input{'s' if len(inputs) > 1 else ''} {_slots(records, inputs)}"
     notes = [f"{unknown} input(s) were not fingerprinted"] if unknown else []
-    if buffers and all(reasons[i] == WRITTEN_BUFFER for i in buffers):
+    if buffers and all(has(reasons[i], Note.WRITTEN_BUFFER) for i in buffers):
         notes.append(f"input {_slots(records, buffers)} held uninitialised memory, which it writes")
     elif buffers:
         plural = len(buffers) > 1

@@ -10,17 +10,11 @@ import numpy as np
 
 from divergence.compare.model import Divergence
 from divergence.compare.records import code, has
+from divergence.report.notes import note_text
+from divergence.store import notes
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile
-from divergence.store.schema import (
-    BARE_TENSOR,
-    EDITED_AFTER_TAPE,
-    IMPORTED_GRADIENT,
-    SUBCLASS_SKIP,
-    UNREAD_AT_TRACE,
-    Kind,
-    Phase,
-    Status,
-)
+from divergence.store.schema import Kind, Phase, Status
 from divergence.store.settings import differing_settings
 from divergence.wording import counted
 
@@ -29,7 +23,7 @@ def explain_update_of_unseen_gradient(
     divergence: Divergence, param: str, tape_seen: bool
 ) -> Divergence:
     """An update inside ``tf.function`` whose gradient was edited after the tape returned it
-    and not fingerprinted there (:data:`EDITED_IN_TRACE`); ``tape_seen``: the tape's own
+    and not fingerprinted there (``edited_in_trace``); ``tape_seen``: the tape's own
     was recorded (one tape.gradient() gave it) and so matched."""
     unseen = (
         "the gradient the optimizer read is not fingerprinted inside tf.function (one more "
@@ -73,21 +67,21 @@ def explain_edited_gradient(
             f"edit, a gradient hook or all-reduce) changed {name}'s gradient; the gradient the "
             "backward left matched"
         )
-    elif divergence.a is not None and divergence.a.note == IMPORTED_GRADIENT:
+    elif divergence.a is not None and notes.has(divergence.a.note, Note.IMPORTED_GRADIENT):
         origin = None  # the tape ran in another tf.function or eager code
         text = (
             f"in the backward, or between tape.gradient() and apply_gradients(): {name}'s "
             "gradient came from a tape.gradient() in another tf.function or in eager code, "
             "whose own gradient was not recorded"
         )
-    elif divergence.a is not None and divergence.a.note == EDITED_AFTER_TAPE:
+    elif divergence.a is not None and notes.has(divergence.a.note, Note.EDITED_AFTER_TAPE):
         origin = None  # the tape's gradient was not recorded
         text = (
             f"between tape.gradient() and apply_gradients(), or in the backward: code changed "
             f"{name}'s gradient after the tape returned it (tf.clip_by_global_norm, loss "
             "scaling, gradient noise); the gradient the tape returned was not recorded"
         )
-    elif has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT, BARE_TENSOR):
+    elif has(run, same_step, Kind.PARAM, divergence.location, Phase.INIT, Note.BARE_TENSOR):
         origin = None  # the backward's gradient of it was not seen
         text = (
             f"in the backward or after it: {name} is a tensor no module holds, first seen at "
@@ -158,7 +152,8 @@ def caveat_unseen_state(divergence: Divergence, run: RunFile) -> Divergence:
     text = (
         f"; but {counted(len(rows), 'record')} of weights, gradients or optimizer state before "
         f"it, from step {records['step'][rows[0]]} on, {were} not fingerprinted "
-        f"({run.strings[records['note'][rows[0]]]}): the difference may have started there"
+        f"({note_text(run.strings[records['note'][rows[0]]])}): the difference may have started "
+        "there"
     )
     return replace(divergence.extended(text), origin=None).with_facts(unseen="state")
 
@@ -166,7 +161,7 @@ def caveat_unseen_state(divergence: Divergence, run: RunFile) -> Divergence:
 def _unseen_value(note: str) -> bool:
     """Whether a skip reason hides a value the runs computed: a DTensor's, or a Keras initial
     value a traced step built (not, say, a tensor the recorder chose to skip)."""
-    return note.endswith(SUBCLASS_SKIP) or note.startswith(UNREAD_AT_TRACE)
+    return notes.has(note, Note.TENSOR_SUBCLASS, Note.UNREAD_AT_TRACE, Note.UNASSIGNED_AT_TRACE)
 
 
 def _reads_weights(divergence: Divergence) -> bool:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from divergence.compare.model import Probe
+from divergence.store import notes
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile, step_bounds
-from divergence.store.schema import KIND_VALUES, PHASE_VALUES, Kind, Phase, note_parts, parse_shape
+from divergence.store.schema import KIND_VALUES, PHASE_VALUES, Kind, Phase, parse_shape
 
 
 def probe_at(file: RunFile, row: int) -> Probe:
@@ -59,15 +61,15 @@ def has(
     kind: Kind,
     name: str,
     phase: Phase | None = None,
-    note: str | None = None,
+    note: Note | None = None,
 ) -> bool:
-    """Whether ``rows`` hold a record of ``kind`` and ``name`` (and ``phase``, ``note``)."""
+    """Whether ``rows`` hold a record of ``kind`` and ``name`` (and ``phase``, noted ``note``)."""
     records = run.records[rows]
     found = (records["kind"] == kind) & np.isin(records["name"], string_ids(run, name))
     if phase is not None:
         found &= records["phase"] == phase
     if note is not None:
-        found &= np.isin(records["note"], string_ids(run, note))
+        found &= np.isin(records["note"], noted_ids(run, note))
     return bool(found.any())
 
 
@@ -76,16 +78,22 @@ def string_ids(run: RunFile, text: str) -> list[int]:
     return [i for i, s in enumerate(run.strings) if s == text]
 
 
+def noted_ids(run: RunFile, code: Note) -> list[int]:
+    """The ids of ``run``'s strings that are notes holding ``code`` (a list, as ``np.isin``
+    takes)."""
+    return [i for i, s in enumerate(run.strings) if notes.has(s, code)]
+
+
 def has_kind(run: RunFile, rows: np.ndarray, kind: Kind) -> bool:
     return bool((run.kinds[rows] == kind).any()) if rows.size else False
 
 
-def noted(run: RunFile, row: int, note: str) -> bool:
-    """Whether the record's note is ``note`` (after the output key it may start with)."""
-    return note_parts(run.strings[run.records["note"][row]])[1] == note
+def noted(run: RunFile, row: int, note: Note) -> bool:
+    """Whether the record's note holds the code ``note``."""
+    return notes.has(run.strings[run.records["note"][row]], note)
 
 
-def noted_in_either(run: RunFile, other: RunFile | None, row: int, note: str) -> bool:
+def noted_in_either(run: RunFile, other: RunFile | None, row: int, note: Note) -> bool:
     """Whether record ``row`` is noted ``note`` in ``run`` or in the ``other`` run."""
     return noted(run, row, note) or (other is not None and noted(other, row, note))
 
@@ -94,7 +102,7 @@ def describe(run: RunFile, row: int) -> str:
     r = run.records[row]
     label = Kind(r["kind"]).label.replace("_", " ")
     slot = f" {r['slot']}" if r["slot"] else ""
-    key = note_parts(run.strings[r["note"]])[0]
+    key = notes.key(run.strings[r["note"]])
     return f"{code(run.strings[r['name']])} {label}{slot}{f' ({key})' if key else ''}"
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from divergence.compare.model import Comparison, Divergence, ProcessComparison, Reason, Role
-from divergence.store.schema import RECEIVE, Kind, message_direction, message_peer
+from divergence.compare.origin_collective import message_peer
+from divergence.store.schema import RECEIVE, Kind, message_direction
 from divergence.wording import counted
 
 LISTED = 8  # ranks named per role in the picture; the rest are counted
@@ -198,7 +199,7 @@ def _sender(d: Divergence) -> str | None:
     >>> from divergence.compare.model import Probe
     >>> from divergence.store.schema import Phase
     >>> at = Phase.COMMUNICATION, Kind.COLLECTIVE_OUT, "recv#0"
-    >>> a = Probe(9, 0, *at, 0, "f", (4,), 2, "", "from rank 0")
+    >>> a = Probe(9, 0, *at, 0, "f", (4,), 2, "", "from_rank=0")
     >>> _sender(Divergence(Reason.VALUE, "rank1", 0, *at, 0, a))
     'rank0'
     """

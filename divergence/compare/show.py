@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -74,18 +74,6 @@ class Shown:
         evidence, not a divergence (an unseeded generator never drawn from changes nothing),
         as in ``compare``."""
         return self.status != "same" and self.compared and self.probe.kind != Kind.RNG_STATE
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "a": self.a.to_json() if self.a is not None else None,
-            "b": self.b.to_json() if self.b is not None else None,
-            "status": self.status,
-            "dumped": self.dumped,
-            "note": self.note,
-            "numeric": self.numeric.to_json() if self.numeric is not None else None,
-            "occurrence": list(self.occurrence) if self.occurrence else None,
-            "replay_call": self.replay_call,
-        }
 
 
 def show_probes(

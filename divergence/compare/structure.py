@@ -11,18 +11,10 @@ import numpy as np
 from divergence.compare.model import Divergence, Facts, Probe, Reason
 from divergence.compare.origin_state import WRITE_PHASES, written_when
 from divergence.compare.records import probe_at
+from divergence.store import notes
+from divergence.store.notes import EVAL_NOTES, Note
 from divergence.store.reader import RunFile
-from divergence.store.schema import (
-    DDP_BUCKET,
-    EDITED_IN_TRACE,
-    EVAL_NOTES,
-    SAMPLE_WEIGHT,
-    WRITTEN_AT_EXIT,
-    WRITTEN_UNVERSIONED,
-    Kind,
-    Phase,
-    note_parts,
-)
+from divergence.store.schema import DDP_BUCKET, SAMPLE_WEIGHT, Kind, Phase
 from divergence.wording import WRITES_AFTER_TRAINING
 
 MAX_REGION_INPUTS = 256  # input records a compiled region's entry is looked for behind
@@ -128,7 +120,7 @@ def _evaluation_in_one_run(key: str, pa: Probe, pb: Probe) -> Divergence | None:
     """Where one run's next record is a batch its model took for inference (an evaluation,
     ``evaluate()`` between two ``fit()`` calls) and the other's is not: that run evaluated
     here, the other did not (what the other records next says nothing)."""
-    evaluating = [p.kind == Kind.BATCH and note_parts(p.note)[1] in EVAL_NOTES for p in (pa, pb)]
+    evaluating = [p.kind == Kind.BATCH and notes.has(p.note, *EVAL_NOTES) for p in (pa, pb)]
     if evaluating[0] == evaluating[1]:
         return None
     probe, which, next_one, other = (pa, "A", pb, "B") if evaluating[0] else (pb, "B", pa, "A")
@@ -210,7 +202,7 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
     record: a parameter recorded in the forward or backward phase (written outside the
     optimizer), a gradient in the optimizer phase (not the one the backward left), weights
     passed to the loss (FORMAT.md)."""
-    if probe.kind == Kind.PARAM_GRAD and probe.skipped == EDITED_IN_TRACE:
+    if probe.kind == Kind.PARAM_GRAD and notes.has(probe.skipped, Note.EDITED_IN_TRACE):
         return (
             f"run {which}'s traced step (tf.function) holds code that edits `{probe.name}`'s "
             "gradient between tape.gradient() and apply_gradients(), and the other run's does "
@@ -225,16 +217,15 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
             f"optimizer step of step {probe.step} (clipping, unscaling, a p.grad edit) or set "
             "it without a backward; the other run did not"
         )
-    if probe.kind == Kind.PARAM and probe.note == WRITTEN_AT_EXIT:
+    if probe.kind == Kind.PARAM and notes.has(probe.note, Note.WRITTEN_AT_EXIT):
         return (
             f"run {which}'s program wrote `{probe.name}` after its last optimizer step, seen "
             f"as it ended (recorded in step {probe.step}: {WRITES_AFTER_TRAINING}); the other "
             "run's did not, so the runs end with other weights"
         )
     if probe.kind == Kind.PARAM and probe.phase in WRITE_PHASES:
-        how = (
-            " through .data (no version counter moved)" if probe.note == WRITTEN_UNVERSIONED else ""
-        )
+        unversioned = notes.has(probe.note, Note.WRITTEN_UNVERSIONED)
+        how = " through .data (no version counter moved)" if unversioned else ""
         return (
             f"run {which} wrote `{probe.name}`{how} after its last record by other code than "
             f"an optimizer step (seen {written_when(probe.phase, probe.step)}); the other run "
@@ -263,7 +254,7 @@ def _only_in_one_run(probe: Probe, which: str) -> str:
 
 def written_at_exit(key: str, a: RunFile, b: RunFile, n: int) -> Divergence | None:
     """When every record both runs hold matches and the longer run goes on only with
-    parameters its program wrote after its last optimizer step (:data:`WRITTEN_AT_EXIT`):
+    parameters its program wrote after its last optimizer step (``written_at_exit``):
     the structure divergence that says so, not a run that ended early.
 
     >>> # run B's program loads its best epoch's weights back after the loop: B's extra rows
@@ -272,7 +263,7 @@ def written_at_exit(key: str, a: RunFile, b: RunFile, n: int) -> Divergence | No
     if longer.records.size <= n or longer.kinds[n] != Kind.PARAM:
         return None
     probe = probe_at(longer, n)
-    if probe.note != WRITTEN_AT_EXIT:
+    if not notes.has(probe.note, Note.WRITTEN_AT_EXIT):
         return None
     pa, pb = (probe, None) if which == "A" else (None, probe)
     divergence = _done_in_one_run(key, probe, pa, pb, _only_in_one_run(probe, which))
@@ -281,7 +272,7 @@ def written_at_exit(key: str, a: RunFile, b: RunFile, n: int) -> Divergence | No
 
 def _writes_weights(probe: Probe) -> bool:
     """Whether ``probe`` records a parameter written outside an optimizer step."""
-    outside = probe.phase in WRITE_PHASES or probe.note == WRITTEN_AT_EXIT
+    outside = probe.phase in WRITE_PHASES or notes.has(probe.note, Note.WRITTEN_AT_EXIT)
     buffer = probe.kind == Kind.BUFFER and probe.phase == Phase.FORWARD
     return (probe.kind == Kind.PARAM and outside) or buffer
 
@@ -289,6 +280,6 @@ def _writes_weights(probe: Probe) -> bool:
 def _mark_written_at_exit(divergence: Divergence, probe: Probe) -> Divergence:
     """A write after the last optimizer step in one run only is where the runs' weights part
     (every record before matched): the origin, and a fact the knowledge base reads."""
-    if probe.kind == Kind.PARAM and probe.note == WRITTEN_AT_EXIT:
+    if probe.kind == Kind.PARAM and notes.has(probe.note, Note.WRITTEN_AT_EXIT):
         return replace(divergence, origin=True).with_facts(write="at_exit")
     return divergence

@@ -26,7 +26,8 @@ from divergence.record.labels import ClassLabels
 from divergence.record.restores import RestoreLog
 from divergence.record.rng import HostGenerators, numpy_state, python_state
 from divergence.record.session import Session
-from divergence.store.schema import WRITTEN_AT_EXIT, Kind, Phase
+from divergence.store.notes import Note
+from divergence.store.schema import Kind, Phase
 
 
 class Instrumentation:
@@ -103,7 +104,7 @@ class Instrumentation:
     def write_at_exit(self, written: Callable[[], Iterable[tuple[str, Fingerprint]]]) -> None:
         """As the process ends: the parameters ``written()`` names, with their fingerprints, that
         the program wrote after its last update (the best weights loaded back), noted
-        :data:`WRITTEN_AT_EXIT` and appended to the step that update closed (or to the step
+        :attr:`Note.WRITTEN_AT_EXIT` and appended to the step that update closed (or to the step
         still open). No model call follows such a write: two runs that end with other weights
         would otherwise compare identical. ``written`` is asked only when a step can take them."""
         s = self.session
@@ -113,7 +114,7 @@ class Instrumentation:
         # by name: which of them a freed model held depends on when the collector ran
         for name, fingerprint in sorted(written(), key=lambda entry: entry[0]):
             if begin():
-                s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=WRITTEN_AT_EXIT)
+                s.add(Phase.OPTIMIZER, Kind.PARAM, name, fingerprint, note=Note.WRITTEN_AT_EXIT)
         s.close_continued_step()
 
     def guarded_call(self, fn: Callable[..., Any], *args: Any) -> Any:

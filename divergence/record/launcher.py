@@ -25,6 +25,7 @@ import h5py
 
 from divergence.errors import DivergenceError, RecordError
 from divergence.record.config import ENV_CONFIG, ENV_HANDSHAKE, RecordConfig
+from divergence.report.notes import note_text
 from divergence.store.reader import read_meta
 from divergence.store.schema import is_format_marker
 from divergence.store.writer import STOPPED_MARK, mark_exit_status
@@ -349,7 +350,7 @@ def finish(
     progress = Progress.read(handshake).line(on_disk)
     say(f"recorded {progress} into {output}/ ({describe_status(status)})")
     for note in _notes(files):
-        say(f"note: {note}")
+        say(f"note: {note_text(note)}")
     run = shlex.quote(_short(output))
     say(f"next: diverge info {run}   |   diverge compare {run} OTHER_RUN")
     return status

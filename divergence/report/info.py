@@ -15,6 +15,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from divergence.errors import CorruptRunError
+from divergence.report.notes import meta_notes
 from divergence.report.terminal import key_value_table
 from divergence.store.names import flatten
 from divergence.store.run import Run, world_size
@@ -193,7 +194,7 @@ def run_summary(path: str | Path) -> RunSummary:
                 torn_rows=f.torn_rows,
                 kinds=dict(kinds),
                 probes=_count_probes(records),
-                meta=f.meta,
+                meta=meta_notes(f.meta),  # its notes in words, in text and JSON
                 uncaught=f.uncaught,
                 **_failure(f.end or {}),
                 ended_inside_step=f.ended_inside_step,

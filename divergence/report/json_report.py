@@ -8,9 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from divergence.compare.model import Comparison, Divergence, ProcessComparison
+from divergence.compare.model import Comparison, Divergence, Probe, ProcessComparison
 from divergence.report.caveats import caveats_json
 from divergence.report.commands import divergence_commands
+from divergence.report.notes import note_text
+from divergence.store.schema import Kind
 
 SCHEMA = "diverge.compare/1"
 
@@ -54,10 +56,16 @@ def divergence_json(d: Divergence) -> dict[str, Any]:
         "rank": d.process,
         "cause": d.cause,
         "cause_text": d.cause_text,
-        "a": d.a.to_json() if d.a else None,
-        "b": d.b.to_json() if d.b else None,
+        "a": probe_json(d.a) if d.a else None,
+        "b": probe_json(d.b) if d.b else None,
         "numeric": d.numeric.to_json() if d.numeric is not None else None,
     }
+
+
+def probe_json(p: Probe) -> dict[str, Any]:
+    """A record's JSON, its note and skip reason in words (report/notes.py)."""
+    note = note_text(p.note, settings=p.kind == Kind.HYPERPARAM)
+    return {**p.to_json(), "note": note, "skipped": note_text(p.skipped)}
 
 
 def process_json(p: ProcessComparison) -> dict[str, Any]:

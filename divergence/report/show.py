@@ -5,11 +5,28 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+from typing import Any
 
 from divergence.compare.show import Shown
+from divergence.report.json_report import probe_json
+from divergence.report.notes import note_text
 from divergence.store.schema import Kind
 from divergence.store.settings import differing_settings
 from divergence.wording import counted
+
+
+def shown_json(s: Shown) -> dict[str, Any]:
+    """A record of ``show --json`` (schema ``diverge.show/1``), notes in words."""
+    return {
+        "a": probe_json(s.a) if s.a is not None else None,
+        "b": probe_json(s.b) if s.b is not None else None,
+        "status": s.status,
+        "dumped": s.dumped,
+        "note": note_text(s.note, settings=s.probe.kind == Kind.HYPERPARAM),
+        "numeric": s.numeric.to_json() if s.numeric is not None else None,
+        "occurrence": list(s.occurrence) if s.occurrence else None,
+        "replay_call": s.replay_call,
+    }
 
 
 def shown_text(s: Shown, width: int) -> str:
@@ -65,14 +82,17 @@ def shown_lines(s: Shown) -> list[str]:
             prints += "   only in A"
     if probe.skipped:
         only = f"   {s.status}" if s.status.startswith("only") else ""
-        prints = f"skipped: {probe.skipped}{only}"
+        prints = f"skipped: {note_text(probe.skipped)}{only}"
     lines.append(f"  {prints}{'   dumped' if s.dumped else ''}")
     # differing notes say the same bits came in another circumstance, e.g. eval mode in one
     # run only; an optimizer's settings are listed by key below
-    if a is not None and s.b is not None and a.note != s.b.note and a.kind != Kind.HYPERPARAM:
-        lines += [f"  run A: {a.note or '(no note)'}", f"  run B: {s.b.note or '(no note)'}"]
+    settings = probe.kind == Kind.HYPERPARAM
+    if a is not None and s.b is not None and a.note != s.b.note and not settings:
+        lines += [
+            f"  run {w}: {note_text(p.note) or '(no note)'}" for w, p in (("A", a), ("B", s.b))
+        ]
     elif s.note:  # an op's call (JSON, for replay), or a detail of the record
-        lines.append(f"  {'call ' if s.note.startswith('{') else ''}{s.note}")
+        lines.append(f"  {'call ' if s.note.startswith('{') else ''}{note_text(s.note, settings)}")
     if a is not None and s.b is not None and a.kind == Kind.HYPERPARAM and s.status == "differs":
         differing = differing_settings(a.note, s.b.note)
         lines += [f"  {key}: A {value_a}   B {value_b}" for key, value_a, value_b in differing]

@@ -29,7 +29,8 @@ from divergence.compare.model import (
 from divergence.report.cause import cause_lines
 from divergence.report.caveats import caveat_lines
 from divergence.report.commands import divergence_commands
-from divergence.store.schema import Kind, Phase, message_direction, note_parts
+from divergence.store import notes
+from divergence.store.schema import Kind, Phase, message_direction
 from divergence.wording import counted
 
 WIDTH = 100
@@ -115,7 +116,7 @@ def verdict(c: Comparison) -> Text:
             f"for bit{_failed_commands(c, ', as far as recorded: ')}",
             style="bold yellow" if c.failed_runs else "bold green",
         )
-    key = note_parts(first.a.note)[0] if first.a is not None else ""
+    key = notes.key(first.a.note) if first.a is not None else ""
     what = f"{first.kind.label.replace('_', ' ')}{f' ({key})' if key else ''}"
     where = f"{what} of {first.location}" if first.location else "the end"
     if first.a is not None and first.a.name == first.location and first.location:

@@ -15,6 +15,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from divergence.store import notes
 from divergence.store.blobs import Damaged, crc32, decode_strings, read_json
 from divergence.store.schema import (
     CRC_ATTR,
@@ -28,6 +29,7 @@ from divergence.store.schema import (
     RECORD_DTYPE,
     STRINGS,
     TENSORS,
+    Kind,
 )
 
 ITEMSIZE = RECORD_DTYPE.itemsize
@@ -88,6 +90,28 @@ def check_dumps(records: np.ndarray, dumped: frozenset[int]) -> None:
         raise Damaged(
             f"damaged '{TENSORS}': the dumps and the records' dump flags disagree at row {row}"
         )
+
+
+def check_notes(records: np.ndarray, strings: list[str], meta: dict[str, Any]) -> None:
+    """Every record's note and the metadata's ``notes`` parse as codes (store/notes.py): a
+    flipped byte in a note's text would otherwise change what compare makes of the record."""
+    settings = records["kind"] == Kind.HYPERPARAM  # their note is the settings' text: data
+    for index in np.unique(records["note"][~settings]).tolist():
+        _check_note(strings[index], f"a record's note {strings[index]!r}")
+    listed = meta.get("notes", [])
+    if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+        raise Damaged("damaged 'meta': its notes are not a list of texts")
+    for note in listed:
+        _check_note(note, f"the metadata's note {note!r}")
+
+
+def _check_note(note: str, what: str) -> None:
+    if not note or notes.is_data(note, settings=False):
+        return
+    try:
+        notes.parse(note)
+    except ValueError:
+        raise Damaged(f"damaged: {what} is not made of known codes") from None
 
 
 def _check_markers(records: np.ndarray, ends: np.ndarray) -> None:

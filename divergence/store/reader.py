@@ -20,6 +20,7 @@ from divergence.errors import CorruptRunError, IncompatibleVersionError, NotARun
 from divergence.fingerprint import Algorithm
 from divergence.store import read_v1, read_v2
 from divergence.store.blobs import Damaged
+from divergence.store.notes import upgrade_v1
 from divergence.store.schema import (
     FORMAT_V1,
     FORMAT_VERSION,
@@ -124,6 +125,10 @@ class RunFile:
         dumped = _dumped_rows(file, complete)
         if version != FORMAT_V1:
             read_v2.check_dumps(records, dumped)
+        if version == FORMAT_V1:  # noted in English: read as codes
+            strings = upgrade_v1(records, strings, contents.meta)
+        else:
+            read_v2.check_notes(records, strings, contents.meta)
         stopped = read_writing_stopped(path) if end is None else None
         if stopped is not None:  # the end its writer could not write: where and why it stopped
             end = {"write_error": stopped["error"], "failure_step": stopped["step"]}

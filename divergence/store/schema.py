@@ -12,7 +12,8 @@ else ``pid<PID>.h5``. Each file holds:
   order; every block of a step ends with a :attr:`Kind.STEP_END` marker whose ``fp`` is
   ``step ^ STEP_END_MAGIC`` and whose string fields hold the checks (:func:`step_end_row`);
 * ``strings``: a uint8 blob, each string a u4 little-endian length then its UTF-8 bytes;
-  ``name``, ``dtype``, ``shape`` and ``note`` fields index it;
+  ``name``, ``dtype``, ``shape`` and ``note`` fields index it (a note is codes:
+  store/notes.py);
 * ``tensors/<row>``: full copies of the records that were dumped (``dump == 1``), with the attrs
   ``dtype`` (torch-style name, fixed-length bytes) and ``crc32``; dtypes numpy lacks are stored
   as unsigned bit views.
@@ -131,7 +132,7 @@ RECORD_DTYPE = np.dtype(
         ("name", "<u4"),  # strings[name]: module path, parameter name, probe name
         ("dtype", "<u4"),  # strings[dtype]: torch-style dtype name
         ("shape", "<u4"),  # strings[shape]: "64,256"; "" for a scalar
-        ("note", "<u4"),  # strings[note]: skip reason or extra detail, 0 = none
+        ("note", "<u4"),  # strings[note]: codes (store/notes.py): why skipped, a detail; 0 = none
         ("slot", "<u2"),  # position in a flattened pytree (output 0, 1, ...)
         ("phase", "u1"),
         ("kind", "u1"),
@@ -153,32 +154,6 @@ pack_row = ROW_STRUCT.pack
 MAX_DIMS = 8  # used by in-graph probe tables (frameworks/tensorflow)
 
 
-# The note of a skipped op input that held uninitialised memory the op writes (dropout's
-# ``bernoulli_`` into an ``empty_like``): a buffer, not a value that could carry a difference.
-WRITTEN_BUFFER = "uninitialised memory, which the op writes: not compared"
-# The note of a skipped op input that the op overwrites whole without reading it (the
-# destination of ``copy_``, ``fill_``, ``zero_``, a random fill): its old contents never matter.
-OVERWRITTEN = "overwritten whole by the op, which does not read it: not compared"
-WRITTEN_WHOLE = frozenset({WRITTEN_BUFFER, OVERWRITTEN})  # a buffer the op writes, either way
-UNINITIALISED = "uninitialised memory"  # how every such note starts (FORMAT.md)
-# Notes of a module's input and output records when the module has hooks of its own: torch runs
-# the recorder's global hooks first, so these records hold the values before those ran.
-BEFORE_PRE_HOOKS = "taken before the module's own forward pre-hooks, which can change it"
-EVAL_MODE = "the model was in eval mode (model.eval())"  # on its batch records
-# a Keras model's batch records: called with training=False
-INFERENCE_CALL = "the model was called for inference (training=False)"
-EVAL_NOTES = (EVAL_MODE, INFERENCE_CALL)
-# on the gradient into a module's output: torch runs its full backward hooks after it
-BEFORE_BACKWARD_HOOKS = (
-    "taken before the module's own backward hooks, which can change the gradient it passes on"
-)
-BEFORE_HOOKS = "taken before the module's own forward hooks, which can replace it"
-# On the init record of a tensor no module holds, adopted at its first optimizer step
-BARE_TENSOR = "a tensor no module holds, first seen at this optimizer step"
-# a parameter's record taken as the process ended: the program wrote it after its last step
-WRITTEN_AT_EXIT = "written after the last optimizer step, seen as the program ended"
-
-
 class ParamCheck(StrEnum):
     """Where a torch recorder fingerprints parameters again, whatever their version counters
     say; listed in the metadata's ``param_checks``. A run without them (an older diverge's)
@@ -188,52 +163,11 @@ class ParamCheck(StrEnum):
     IN_STEP = "in_step"  # moved ones at each model call inside an optimizer step (LBFGS)
 
 
-# a parameter whose bits changed although its version counter did not: written through ``.data``
-# or a NumPy view, seen at the next step's first model call
-WRITTEN_UNVERSIONED = "written without moving its version counter (through .data)"
 # DDP's gradient buckets are recorded as collectives named ddp.bucket0, ddp.bucket1, ...
 DDP_BUCKET = "ddp.bucket"
-# after its class name, the skip reason of a tensor subclass with its own dispatch: DTensor
-SUBCLASS_SKIP = "a tensor subclass with its own dispatch, not fingerprinted"
-# how the skip reason of a Keras variable first built inside a traced step starts
-UNREAD_AT_TRACE = "initial value unreadable at trace time"
-# a collective's note when it reduces with another op than the default sum: "reduce op MAX"
-REDUCE_OP = "reduce op "
-# point-to-point messages are recorded as collectives send#0 and recv#0, noted "to rank 1",
-# "from rank 0", or "from rank 0 (a receive from any rank)"
+# point-to-point messages are recorded as collectives send#0 and recv#0, noted with their peer
+# (store/notes.py)
 SEND, RECEIVE = "send", "recv"
-ANY_SOURCE = "a receive from any rank"
-
-
-def message_peer(note: str) -> int | None:
-    """The global rank a message's note names (``from rank 0``, ``to rank 1``); None for a
-    rank in another group than the default one, or no rank.
-
-    >>> message_peer("from rank 2"), message_peer("from group rank 2"), message_peer("")
-    (2, None, None)
-    >>> message_peer(f"from rank 3 ({ANY_SOURCE})")
-    3
-    """
-    words = note.split()
-    if len(words) >= 3 and words[0] in ("from", "to") and words[1] == "rank":
-        return int(words[2]) if words[2].isdigit() else None
-    return None
-
-
-def message_senders(a: str, b: str) -> str:
-    """How two runs' notes of one receive name its sender: ``""`` the same rank (or unknown),
-    ``"any_source"`` another rank through a receive from any rank, ``"other_sender"`` another
-    rank the program named (``src=``): it received in another order.
-
-    >>> message_senders("from rank 0", f"from rank 2 ({ANY_SOURCE})")
-    'any_source'
-    >>> message_senders("from rank 0", "from rank 2"), message_senders("from rank 0", "")
-    ('other_sender', '')
-    """
-    peers = message_peer(a), message_peer(b)
-    if None in peers or peers[0] == peers[1]:
-        return ""
-    return "any_source" if ANY_SOURCE in a or ANY_SOURCE in b else "other_sender"
 
 
 def message_direction(name: str) -> str:
@@ -246,18 +180,6 @@ def message_direction(name: str) -> str:
     return op if op in (SEND, RECEIVE) and "#" in name else ""
 
 
-# On an optimizer-phase Keras gradient that differs from tape.gradient()'s, e.g. clipped: the
-# tape's own is recorded in the backward phase where known, else the first note says it is not.
-EDITED_AFTER_TAPE = "edited after tape.gradient(), whose gradient was not recorded"
-EDITED_GRADIENT = "edited after tape.gradient()"
-# ... or taken by a tape in another context (a tf.function, eager code) than apply_gradients()
-IMPORTED_GRADIENT = "from tape.gradient() in another tf.function or eager code, not recorded"
-# The skip reason of such a gradient inside tf.function: a probe adds a reader, and grappler
-# rewrites op chains only through single-reader tensors, so the update would round otherwise.
-EDITED_IN_TRACE = (
-    "edited after tape.gradient() inside tf.function: not fingerprinted there, where one "
-    "more reader could change grappler's rewrites of the update"
-)
 # Names of the batch records of what a loss reads besides the model's output (Keras fit)
 TARGETS, SAMPLE_WEIGHT = "targets", "sample_weight"
 LOSS_INPUTS = (TARGETS, SAMPLE_WEIGHT)
@@ -265,33 +187,6 @@ LOSS_INPUTS = (TARGETS, SAMPLE_WEIGHT)
 # The ``call`` of the metadata ``seeds`` entry a DataLoader with its own generator adds for
 # each epoch: the base seed it drew
 LOADER_SEED = "DataLoader epoch base seed"
-
-
-KEY_PREFIX = "key="  # a note's part naming where an output sits in a dict or record
-NOTE_SEPARATOR = "; "
-
-
-def with_key(key: str, note: str) -> str:
-    """A record's note with the key of its tensor in the output (``"key=logits"``) first.
-
-    >>> with_key("logits", ""), with_key("", "x"), with_key("aux", "x")
-    ('key=logits', 'x', 'key=aux; x')
-    """
-    if not key:
-        return note
-    return f"{KEY_PREFIX}{key}{NOTE_SEPARATOR}{note}" if note else f"{KEY_PREFIX}{key}"
-
-
-def note_parts(note: str) -> tuple[str, str]:
-    """(key, the rest of the note).
-
-    >>> note_parts("key=aux; x"), note_parts("x")
-    (('aux', 'x'), ('', 'x'))
-    """
-    if not note.startswith(KEY_PREFIX):
-        return "", note
-    key, _, rest = note[len(KEY_PREFIX) :].partition(NOTE_SEPARATOR)
-    return key, rest
 
 
 def shape_text(shape: tuple[int, ...]) -> str:

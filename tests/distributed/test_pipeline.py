@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from divergence.store.reader import RunFile
-from divergence.store.schema import ANY_SOURCE, Kind
+from divergence.store.schema import Kind
 from tests.conftest import Recorded, compare_json
 from tests.distributed.specs import torchrun
 from tests.harness.recordings import Recordings
@@ -96,16 +96,16 @@ def test_each_message_is_recorded_once_on_each_side(runs: dict[str, Recorded]) -
     for name in ("a", "batched"):
         step0 = [m for m in _messages(runs[name].run, 0) if m[0] == 0]
         assert step0 == [
-            (0, "collective_in", "send#0", "to rank 1"),
-            (0, "collective_out", "recv#0", "from rank 1"),
+            (0, "collective_in", "send#0", "to_rank=1"),
+            (0, "collective_out", "recv#0", "from_rank=1"),
         ]
         step0 = [m for m in _messages(runs[name].run, 1) if m[0] == 0]
         assert step0 == [
-            (0, "collective_out", "recv#0", "from rank 0"),
-            (0, "collective_in", "send#0", "to rank 0"),
+            (0, "collective_out", "recv#0", "from_rank=0"),
+            (0, "collective_in", "send#0", "to_rank=0"),
         ]
     # a receive from any rank is noted with the rank its message came from
-    noted = f"from rank 0 ({ANY_SOURCE})"
+    noted = "from_rank=0; any_source"
     assert _messages(runs["any"].run, 1)[0] == (0, "collective_out", "recv#0", noted)
 
 

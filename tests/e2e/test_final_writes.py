@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from divergence.report.notes import WORDS
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile
-from divergence.store.schema import WRITTEN_AT_EXIT, Kind
+from divergence.store.schema import Kind
 from tests.conftest import SCRIPTS, Recorder, assert_repeats_and_keeps_its_bits, compare_json
 
 STEPS = ("--steps", "4")
@@ -47,7 +49,7 @@ def test_weights_restored_from_other_steps_are_the_origin(record: Recorder) -> N
     code, report = compare_json(a, b)
     first = report["first_divergence"]
     assert (code, first["reason"], first["step"], first["kind"]) == (1, "value", 3, "param")
-    assert first["origin"] is True and first["a"]["note"] == WRITTEN_AT_EXIT
+    assert first["origin"] is True and first["a"]["note"] == WORDS[Note.WRITTEN_AT_EXIT]
     assert first["origin_text"].startswith("after the last optimizer step, as the program ended")
     assert first["cause"] == "parameters" and "after the training loop" in first["cause_text"]
 
@@ -64,7 +66,7 @@ def test_the_restored_weights_are_recorded_once_and_keep_the_bits(
     subprocess.run(command, check=True, env={**os.environ, **env})
     run = RunFile.open(next(runs[0].glob("*.h5")))
     notes = np.array([run.strings[i] for i in run.records["note"]])
-    written = np.flatnonzero(notes == WRITTEN_AT_EXIT)
+    written = np.flatnonzero(notes == Note.WRITTEN_AT_EXIT)
     assert run.steps_complete == 4 and set(run.records["step"][written]) == {3}
     params = {run.strings[run.records["name"][i]] for i in written}
     assert len(params) == written.size and (run.kinds[written] == Kind.PARAM).all()

@@ -320,8 +320,9 @@ def test_a_destination_an_op_overwrites_whole_is_not_compared(record: Recorder) 
     """``copy_`` into a fresh ``torch.empty`` buffer: what the buffer held before is another
     run's leftover memory, which the copy overwrites without reading. Recorded as skipped (as
     ``zero_``'s destination is), so two runs of the training match."""
+    from divergence.store.notes import Note
     from divergence.store.run import Run
-    from divergence.store.schema import OVERWRITTEN, WRITTEN_WHOLE, Kind
+    from divergence.store.schema import Kind
 
     runs = [record("copied_grads.py", options=("--granularity", "op"), tag=t) for t in "ab"]
     code, report = compare_json(*runs)
@@ -335,7 +336,9 @@ def test_a_destination_an_op_overwrites_whole_is_not_compared(record: Recorder) 
         and r["slot"] == 0
     ]
     # (a buffer the recorder saw made by ``empty`` is noted as uninitialised memory)
-    assert destinations and all(d[0] == 1 and d[1] in WRITTEN_WHOLE for d in destinations)
+    assert destinations and all(
+        d[0] == 1 and d[1] in (Note.WRITTEN_BUFFER, Note.OVERWRITTEN) for d in destinations
+    )
     filled = record("copied_grads.py", "--fill", options=("--granularity", "op"))
     file = Run.open(filled).processes[0].load()
     zeroed = [
@@ -343,7 +346,7 @@ def test_a_destination_an_op_overwrites_whole_is_not_compared(record: Recorder) 
         for r in file.records
         if file.strings[r["name"]].endswith("aten.zero_.default") and r["kind"] == Kind.OP_INPUT
     ]
-    assert zeroed and set(zeroed) == {OVERWRITTEN}
+    assert zeroed and set(zeroed) == {Note.OVERWRITTEN}
 
 
 def test_a_tensor_an_overwriting_op_also_reads_is_compared(tmp_path: Path) -> None:
@@ -352,8 +355,9 @@ def test_a_tensor_an_overwriting_op_also_reads_is_compared(tmp_path: Path) -> No
     import torch
 
     import divergence
+    from divergence.store.notes import Note
     from divergence.store.run import Run
-    from divergence.store.schema import OVERWRITTEN, Kind
+    from divergence.store.schema import Kind
 
     with divergence.Recorder(tmp_path / "run", granularity="op"):
         for _ in range(2):
@@ -366,7 +370,7 @@ def test_a_tensor_an_overwriting_op_also_reads_is_compared(tmp_path: Path) -> No
         for r in file.records
         if r["kind"] == Kind.OP_INPUT and "bernoulli_" in file.strings[r["name"]]
     ]
-    assert inputs[:2] == [(0, 1, OVERWRITTEN), (1, 0, inputs[1][2])]
+    assert inputs[:2] == [(0, 1, Note.OVERWRITTEN), (1, 0, inputs[1][2])]
 
 
 def test_two_optimizers_stepping_in_turn_share_a_step_as_at_module_level(

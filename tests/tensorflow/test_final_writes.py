@@ -1,6 +1,6 @@
 """Weights a Keras program writes after its last update: ``EarlyStopping(restore_best_weights=
 True)`` at the end of ``fit()``, ``set_weights()`` after a custom loop. They are recorded as the
-process ends (appended to the last step, noted :data:`WRITTEN_AT_EXIT`), or as an ``evaluate()``
+process ends (appended to the last step, noted ``written_at_exit``), or as an ``evaluate()``
 after the fit starts, so two runs that end with other weights never compare identical. Real
 Keras through the CLI."""
 
@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile
-from divergence.store.schema import WRITTEN_AT_EXIT, Kind
+from divergence.store.schema import Kind
 from tests.harness.cli import compare_json
 from tests.harness.recordings import Recorded, Recording, Recordings
 from tests.tensorflow.conftest import keras_run, make_runs, switches
@@ -85,7 +86,7 @@ def test_the_restored_weights_are_recorded_once_and_keep_the_bits(
     assert [a.tobytes() for a in plain.values()] != [b.tobytes() for b in other.values()]
     file = RunFile.open(next(runs["recorded"].run.glob("*.h5")))
     notes = np.array([file.strings[i] for i in file.records["note"]])
-    written = np.flatnonzero(notes == WRITTEN_AT_EXIT)
+    written = np.flatnonzero(notes == Note.WRITTEN_AT_EXIT)
     names = [file.strings[file.records["name"][i]] for i in written]
     assert names == sorted(set(names)) and len(names) == 4
     assert (file.kinds[written] == Kind.PARAM).all()

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from divergence.store import notes
 from divergence.store.reader import RunFile
-from divergence.store.schema import Kind, note_parts
+from divergence.store.schema import Kind
 from tests.harness.cli import compare_json
 from tests.harness.recordings import Recordings
 from tests.tensorflow.conftest import keras_run, make_runs
@@ -33,6 +34,6 @@ def test_dict_entries_are_named_by_their_keys(runs: dict[str, Path]) -> None:
     run = RunFile.open(next(runs["a"].glob("*.h5")))
     keys: dict[str, set[str]] = {}
     for r in run.records[run.records["kind"] == Kind.BATCH]:
-        keys.setdefault(run.strings[r["name"]], set()).add(note_parts(run.strings[r["note"]])[0])
+        keys.setdefault(run.strings[r["name"]], set()).add(notes.key(run.strings[r["note"]]))
     assert keys["targets"] == keys["sample_weight"] == {"cls", "reg"}
     assert {"in_a", "in_b"} <= next(v for k, v in keys.items() if k.startswith("functional"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from divergence.store.notes import Note
 from divergence.store.run import Run
 from divergence.store.schema import Kind, Phase
 from tests.harness.cli import compare_json
@@ -74,7 +75,7 @@ def test_eager_ops_are_recorded_without_changing_the_weights(
     assert ("forward", "op_output", "sequential.dense/MatMul") in seen
     assert ("backward", "op_output", "sequential.dense/MatMul") in seen
     meta = Run.open(runs["eager"]).processes[0].load().meta
-    assert not any("grappler" in note for note in meta.get("notes", []))
+    assert Note.GRAPPLER not in meta.get("notes", [])
 
 
 def test_an_eager_python_constant_is_placed_before_the_op_that_reads_it(
@@ -89,7 +90,7 @@ def test_an_eager_python_constant_is_placed_before_the_op_that_reads_it(
 
 def test_traced_op_level_says_probes_can_change_grappler_rewrites(runs: dict[str, Path]) -> None:
     meta = Run.open(runs["fit"]).processes[0].load().meta
-    assert any("grappler" in note for note in meta["notes"])
+    assert Note.GRAPPLER in meta["notes"]
 
 
 def test_a_tf_cond_branch_keeps_the_training_alive(

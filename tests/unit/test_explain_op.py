@@ -10,7 +10,8 @@ from divergence.compare import compare_runs
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
 from divergence.record.session import Session
-from divergence.store.schema import WRITTEN_BUFFER, Kind, Phase
+from divergence.store.notes import Note
+from divergence.store.schema import Kind, Phase
 
 OP = "drop/aten.bernoulli_.float"
 
@@ -30,9 +31,13 @@ def write_run(path: Path, reason: str, output: int) -> Path:
 @pytest.mark.parametrize(
     ("reason", "origin", "text"),
     [
-        (WRITTEN_BUFFER, True, "input 0 held uninitialised memory, which it writes"),
+        (Note.WRITTEN_BUFFER, True, "input 0 held uninitialised memory, which it writes"),
+        (Note.OVERWRITTEN, True, "input 0 is written whole by it, not read"),
+        (Note.UNINITIALISED, None, "it read uninitialised memory (input 0)"),
+        (Note.META_TENSOR, None, "1 input(s) were not fingerprinted"),
+        # as a format-1 file (diverge 0.19.1) noted them
         ("uninitialised memory: not compared", None, "it read uninitialised memory (input 0)"),
-        ("meta tensor: no data", None, "1 input(s) were not fingerprinted"),
+        ("uninitialised memory, which the op writes: not compared", True, "which it writes"),
     ],
 )
 def test_only_a_buffer_the_op_writes_leaves_the_origin_established(

@@ -19,8 +19,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "divergence"
 
 LEAVES = ("divergence.errors", "divergence.wording", "divergence.version")
 STORE = (*LEAVES, "divergence.fingerprint", "divergence.store")
-READ = (*STORE, "divergence.compare")
-WRITE = (*STORE, "divergence.record")
+# The words of the note codes: compare's texts, replay's errors and record's last lines quote
+# notes too, so the one table of words (built on store alone) is theirs to import.
+NOTE_WORDS = "divergence.report.notes"
+READ = (*STORE, "divergence.compare", NOTE_WORDS)
+WRITE = (*STORE, "divergence.record", NOTE_WORDS)
 RECORDER = (*WRITE, "divergence.frameworks")
 BOTH = (*READ, "divergence.report", "divergence.record")
 # module prefix -> the prefixes it may import besides its own (the longest prefix decides)
@@ -34,6 +37,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "divergence.store": STORE,
     "divergence.compare": READ,  # reads runs
     "divergence.report": READ,  # renders compare's results
+    NOTE_WORDS: STORE,
     "divergence.record": WRITE,  # writes runs
     "divergence.frameworks": RECORDER,  # builds on the recorder
     "divergence.api": RECORDER,

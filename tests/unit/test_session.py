@@ -13,6 +13,7 @@ import pytest
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import ENV_HANDSHAKE, RecordConfig, StepRange
 from divergence.record.session import AUTO_FORWARD_LIMIT, Session
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind, Phase
 
@@ -350,9 +351,9 @@ def test_record_fields(tmp_path: Path) -> None:
         Phase.FORWARD,
         Kind.OUTPUT,
         "m.meta",
-        Fingerprint.skip("float32", (5,), "meta tensor: no data"),
+        Fingerprint.skip("float32", (5,), Note.META_TENSOR),
     )
-    s.add(Phase.FORWARD, Kind.PROBE, "loss", fpr(3, ()), note="a note")
+    s.add(Phase.FORWARD, Kind.PROBE, "loss", fpr(3, ()), note=Note.EVAL_MODE)
     s.explicit_step()
     s.finish()
     rf = read(tmp_path)
@@ -370,8 +371,8 @@ def test_record_fields(tmp_path: Path) -> None:
     assert rec[0]["status"] == 0 and rec[0]["note"] == 0
     assert rec[1]["algo"] == Algorithm.NONE
     assert rec[1]["status"] == 1
-    assert rf.strings[int(rec[1]["note"])] == "meta tensor: no data"
-    assert rf.strings[int(rec[2]["note"])] == "a note"
+    assert rf.strings[int(rec[1]["note"])] == "meta_tensor"
+    assert rf.strings[int(rec[2]["note"])] == "eval_mode"
     assert rf.strings[int(rec[0]["shape"])] == "3,4"  # shapes are interned as text
     assert rf.strings[int(rec[2]["shape"])] == ""
 

@@ -17,6 +17,7 @@ from divergence.frameworks.tensorflow.naming import LayerTree
 from divergence.frameworks.tensorflow.records import EAGER, Records
 from divergence.frameworks.tensorflow.values import keyed_tensors_of, read_variable
 from divergence.frameworks.tensorflow.writes import WrittenVariables
+from divergence.store.notes import Note, part
 from divergence.store.schema import LOSS_INPUTS, Kind, Phase
 
 # fit() arguments that order, batch or count the data (metadata keras_fit)
@@ -146,12 +147,9 @@ class FitCalls:
         per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
         if per_execution > 1:
             self.steps_per_execution = max(self.steps_per_execution, per_execution)
-            self.records.note(
-                f"steps_per_execution={per_execution}: one recorded step per execution of "
-                f"{per_execution} training steps; its records are those of the last step"
-            )
+            self.records.note(part(Note.STEPS_PER_EXECUTION, per_execution))
         if getattr(model, "run_eagerly", False):
-            self.records.note("run_eagerly=True: recorded eagerly")
+            self.records.note(Note.RUN_EAGERLY)
 
     def _record_compile_settings(self, model: Any) -> None:
         """What ``compile()`` set that changes the training (the loss and its weights, XLA,

@@ -24,13 +24,8 @@ from divergence.frameworks.tensorflow.table import (
 )
 from divergence.frameworks.tensorflow.values import to_host
 from divergence.frameworks.tensorflow.writes import UPDATE
+from divergence.store.notes import Note
 from divergence.store.schema import Kind, Phase
-
-XLA_NOTE = (
-    "XLA (jit_compile=True): the fingerprint probes are compiled into the XLA cluster, which may "
-    "fuse differently than without them (the tests found equal final weights for the sample "
-    "models); --dump copies go through variables (no py_function)"
-)
 
 
 class FunctionCalls:
@@ -51,7 +46,7 @@ class FunctionCalls:
         def __call__(function: Any, *args: Any, **kwargs: Any) -> Any:
             outer = functions.records.depth == 0 and tf.executing_eagerly()
             if getattr(function, "_jit_compile", False):
-                functions.records.note(XLA_NOTE)
+                functions.records.note(Note.XLA)
             if outer:
                 functions.guard(functions.session.begin_event)()
                 # after a failure no probe counts steps: these calls do, evaluations included

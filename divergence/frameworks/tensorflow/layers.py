@@ -25,7 +25,8 @@ from divergence.frameworks.tensorflow.records import EAGER, GRAPH, Records, writ
 from divergence.frameworks.tensorflow.settings import layer_settings
 from divergence.frameworks.tensorflow.table import EVENT_DEFERRED, EVENT_ROOT, ProbeSpec
 from divergence.frameworks.tensorflow.values import keyed_tensors_of, raw_variable, symbolic
-from divergence.store.schema import INFERENCE_CALL, UNREAD_AT_TRACE, Kind, Phase
+from divergence.store.notes import Note, part
+from divergence.store.schema import Kind, Phase
 
 # Ops grappler fuses with their only reader, and the Keras layers made of them. NB: a probe is
 # a second reader, so recording unfuses them, and the fused kernel can round otherwise.
@@ -35,12 +36,6 @@ FUSIBLE_PRODUCERS = frozenset(
 )
 FUSING_LAYERS = frozenset(
     {"Activation", "ReLU", "LeakyReLU", "ELU", "Add", "GaussianNoise", "GaussianDropout"}
-)
-FUSION_NOTE = (
-    "inside tf.function, a probe read the output of an op that grappler can fuse with the op "
-    "after it (a Dense or Conv without activation, then an Activation layer, an Add, a noise "
-    "layer; a BatchNormalization): read, the two stay apart, so this run may end with other "
-    "bits than an unrecorded one; runs recorded alike compare as usual"
 )
 
 
@@ -136,14 +131,14 @@ class LayerCalls:
         phase, kind = (Phase.DATA, Kind.BATCH) if root else (Phase.FORWARD, Kind.INPUT)
         # Keras' evaluate(), predict() and validation pass training=False; a call without it,
         # or with a tensor flag, may be training
-        note = INFERENCE_CALL if root and kwargs.get("training") is False else ""
+        note = Note.INFERENCE_CALL if root and kwargs.get("training") is False else ""
         # an eager call gets numpy arguments as they are: recorded as the tensors a
         # tf.function would convert them to
         eager_root = mode == EAGER and root and s.wants(name)
         given = _numpy_as_tensors((args, kwargs)) if eager_root else (args, kwargs)
         keys, tensors = keyed_tensors_of(given)
         if mode == GRAPH and not root and _fuses(layer_type, tensors):
-            self.records.note(FUSION_NOTE)
+            self.records.note(Note.FUSION)
         self.records.record(mode, phase, kind, name, tensors, note, keys)
 
     def leave(self, layer: Any, name: str, mode: str, outputs: Any) -> None:
@@ -200,12 +195,12 @@ class LayerCalls:
                 try:
                     value = tf.convert_to_tensor(raw_variable(variable))
                 except Exception as exc:  # created inside this trace: no value yet
-                    reason = f"{UNREAD_AT_TRACE}: {type(exc).__name__}"
+                    reason = part(Note.UNREAD_AT_TRACE, type(exc).__name__)
                     add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", (), reason))
                     continue
                 if tuple(value.shape) != tuple(variable.shape):  # a placeholder's
                     shape = tuple(int(d or 0) for d in variable.shape)
-                    reason = f"{UNREAD_AT_TRACE}: not yet assigned"
+                    reason = Note.UNASSIGNED_AT_TRACE
                     add(Phase.INIT, Kind.PARAM, full, Fingerprint.skip("", shape, reason))
                     continue
                 self.records.record(EAGER, Phase.INIT, Kind.PARAM, full, [value], add=add)

@@ -39,6 +39,7 @@ from divergence.frameworks.tensorflow.recorder import KerasRecorder
 from divergence.frameworks.tensorflow.records import EAGER, GRAPH
 from divergence.frameworks.tensorflow.table import ProbeSpec
 from divergence.record.session import Session
+from divergence.store.notes import Note
 from divergence.store.schema import MAX_DIMS, Kind, Phase
 
 UNINITIALISED = frozenset({"Empty"})
@@ -47,16 +48,6 @@ UNINITIALISED = frozenset({"Empty"})
 UNRECORDED = frozenset({"Identity", "IdentityN", "NoOp", "StopGradient"})
 FUNCTION_CALL_PREFIX = "__inference_"  # the callback's op type for an eager function call
 CONTROL_FLOW_GRADIENT_GRAPHS = frozenset({"_CondGradFuncGraph", "_WhileBodyGradFuncGraph"})
-CONTROL_FLOW_GRADIENT_NOTE = (
-    "op level: the ops of a traced tf.cond or tf.while_loop branch's gradient are not recorded "
-    "(the branch's forward ops are)"
-)
-GRAPPLER_NOTE = (
-    "op level inside tf.function: a probe on an intermediate tensor keeps grappler from "
-    "rewriting or fusing the ops around it, so this run may compute other bits than an "
-    "unrecorded one; compare it with runs zoomed the same way (diverge hunt does). Eager ops "
-    "are recorded as they run and change nothing"
-)
 
 
 class TfOpRecorder(OpZoom):
@@ -157,7 +148,7 @@ class TfOpRecorder(OpZoom):
         if mode is None or (mode == EAGER and not self.session.recording):
             return
         if mode == GRAPH and _in_control_flow_gradient(graph):
-            self.recorder.records.note(CONTROL_FLOW_GRADIENT_NOTE)
+            self.recorder.records.note(Note.CONTROL_FLOW_GRADIENT)
             return
         phase, module = self._where(graph)
         name = f"{module}/{op_type}" if module else op_type
@@ -197,7 +188,7 @@ class TfOpRecorder(OpZoom):
             if mode == EAGER:
                 s.add(phase, kind, name, records.eager_fingerprint(t), slot)
             elif mode == GRAPH:
-                records.note(GRAPPLER_NOTE)
+                records.note(Note.GRAPPLER)
                 spec = ProbeSpec(phase, kind, name, slot, t.dtype.name, t.shape.rank)
                 records.table.probe(spec, t)
 

@@ -21,7 +21,8 @@ from divergence.frameworks.tensorflow.table import EVENT_UNSEEN, ProbeSpec, Prob
 from divergence.frameworks.tensorflow.values import Pending, to_host
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.session import Session
-from divergence.store.schema import MAX_DIMS, Kind, Phase, with_key
+from divergence.store.notes import Note, with_key
+from divergence.store.schema import MAX_DIMS, Kind, Phase
 
 EAGER, GRAPH = "eager", "graph"
 
@@ -38,10 +39,11 @@ class Records:
         self.notes: list[str] = []
         self.settings = GroupSettings()
 
-    def note(self, text: str) -> None:
-        """A fact about this run's recording, kept in the run metadata (``meta["notes"]``)."""
-        if text not in self.notes:
-            self.notes.append(text)
+    def note(self, code: str) -> None:
+        """A fact about this run's recording, kept in the run metadata (``meta["notes"]``) as a
+        note code (store/notes.py)."""
+        if code not in self.notes:
+            self.notes.append(str(code))
 
     def mode(self) -> str | None:
         """EAGER: record now; GRAPH: add probes to the function being traced; None: neither
@@ -75,7 +77,7 @@ class Records:
             if not readable(t) or t.shape.rank > MAX_DIMS:
                 shape = static_shape(t)
                 if mode == EAGER:
-                    add(phase, kind, name, Fingerprint.skip(t.dtype.name, shape, "unreadable"))
+                    add(phase, kind, name, Fingerprint.skip(t.dtype.name, shape, Note.UNREADABLE))
                 continue
             if mode == EAGER:
                 dump = to_host(t) if s.wants_dump(name) else None

@@ -17,14 +17,8 @@ import tensorflow as tf
 from divergence.frameworks.adapter import Instrumentation
 from divergence.frameworks.tensorflow.records import GRAPH, Records
 from divergence.frameworks.tensorflow.values import tensors_of
-from divergence.store.schema import (
-    EDITED_AFTER_TAPE,
-    EDITED_GRADIENT,
-    EDITED_IN_TRACE,
-    IMPORTED_GRADIENT,
-    Kind,
-    Phase,
-)
+from divergence.store.notes import Note
+from divergence.store.schema import Kind, Phase
 
 SEVERAL = object()  # a variable's tape gradient when several tape.gradient() calls gave one
 
@@ -102,7 +96,8 @@ class TapeGradients:
         the backward phase as the tape returned them; where they are other tensors (edited
         since), the tape's own in the backward phase and the edited ones after all of them, in
         the optimizer phase (noted). Inside ``tf.function`` an edited gradient gets a skipped
-        record: see :data:`EDITED_IN_TRACE`."""
+        record: see :attr:`Note.EDITED_IN_TRACE` (a probe adds a reader,
+        and grappler rewrites op chains only through single-reader tensors)."""
         records = self.records
         # Only a tape of this context tells edited gradients apart; another context's are
         # recorded as imported, and with no tape this step, as the backward's.
@@ -124,12 +119,12 @@ class TapeGradients:
             edited.append((name, _parts(grad), tape_grad is not None))
         for name, parts, tape_seen in edited:
             if imported:
-                note = IMPORTED_GRADIENT
+                note = Note.IMPORTED_GRADIENT
             else:
-                note = EDITED_GRADIENT if tape_seen else EDITED_AFTER_TAPE
+                note = Note.EDITED_GRADIENT if tape_seen else Note.EDITED_AFTER_TAPE
             if mode == GRAPH and not all(_function_input(t) for t in parts):
                 records.record_unseen(
-                    Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, EDITED_IN_TRACE
+                    Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, Note.EDITED_IN_TRACE
                 )
             else:  # eager, or the traced function's own inputs: no graph op feeds them
                 records.record(mode, Phase.OPTIMIZER, Kind.PARAM_GRAD, name, parts, note)

@@ -14,7 +14,6 @@ from tensorflow.python.util import nest  # flatten_with_joined_string_paths is n
 
 from divergence.fingerprint import smix64_finish
 from divergence.frameworks.tensorflow.fingerprint import dtype_name
-from divergence.store.schema import NOTE_SEPARATOR
 
 BIT_VIEWS = {1: tf.uint8, 2: tf.uint16, 4: tf.uint32, 8: tf.uint64}
 
@@ -48,7 +47,7 @@ def keyed_tensors_of(value: object) -> tuple[list[str], list[tf.Tensor]]:
     for path, leaf in nest.flatten_with_joined_string_paths(value):
         if isinstance(leaf, tf.Tensor):
             key = "/".join(part for part in path.split("/") if not part.isdigit())
-            keys.append(key.replace(NOTE_SEPARATOR, ";"))  # a note's parts are split at it
+            keys.append(key)  # noted as a part: store.notes.part keeps the separator out
             tensors.append(leaf)
     return keys, tensors
 

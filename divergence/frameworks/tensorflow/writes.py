@@ -127,7 +127,7 @@ class WrittenVariables:
         """As the process ends: the variables an update wrote (and the recorder recorded)
         that the program wrote again since (``EarlyStopping(restore_best_weights=True)``,
         ``set_weights()`` or ``load_weights()`` of the best checkpoint after the loop), in the
-        optimizer phase, noted so (:data:`WRITTEN_AT_EXIT`) and appended to the last step, as
+        optimizer phase, noted so (``written_at_exit``) and appended to the last step, as
         the torch recorder does: no layer call follows such a write, and two runs that end with
         other weights would compare identical. A variable freed before the end (a ``main()``
         that returned) is seen as its last ``fit()`` ended. One host copy for all."""

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 OPTIMIZED_MODULE = "OptimizedModule"
-NOT_OBSERVED = "torch.compile region: the modules and ops inside it are not observed"
 
 
 def compiled_module(module: torch.nn.Module) -> torch.nn.Module | None:

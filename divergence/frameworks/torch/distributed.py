@@ -13,8 +13,8 @@ the communication pattern is the user's own: no extra collective, no barrier, no
 * Point-to-point messages (pipeline and tensor parallelism), at the process group's ``send``,
   ``recv`` and ``recv_anysource`` that ``send``, ``recv``, ``isend``, ``irecv``,
   ``batch_isend_irecv`` and the object variants all call: what is sent (``collective_in`` of
-  ``send#k``, noted ``to rank 1``) and what is received (``collective_out`` of ``recv#k``,
-  noted ``from rank 0``, or ``from rank 0 (a receive from any rank)``) when the program waits
+  ``send#k``, noted ``to_rank=1``) and what is received (``collective_out`` of ``recv#k``,
+  noted ``from_rank=0``, or ``from_rank=0; any_source``) when the program waits
   for it: never earlier (a program may wait for a receive after a step, once its peer got what
   it sends after the step). Wrapping the group's methods, not the functions, leaves the
   functions themselves to ``P2POp``, which checks them by identity; the wrappers run as they
@@ -46,15 +46,12 @@ from divergence.frameworks.torch.ddp import DdpBuckets
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor, to_host
 from divergence.frameworks.torch.process_group import GroupMetadata
 from divergence.record.session import Session
-from divergence.store.schema import (
-    ANY_SOURCE,
-    RECEIVE,
-    REDUCE_OP,
-    SEND,
-    Kind,
-    Phase,
-)
+from divergence.store.notes import Note, join, part
+from divergence.store.schema import RECEIVE, SEND, Kind, Phase
 
+# the note codes of a message's peer: by global rank, or by its rank in the group
+FROM = (Note.FROM_RANK, Note.FROM_GROUP_RANK)
+TO = (Note.TO_RANK, Note.TO_GROUP_RANK)
 # a receive posted: (its work, its name, its buffers, its group, its source rank or None)
 Received = tuple[object, str, list[torch.Tensor], object, "int | None"]
 # receives never waited for that are kept (a program that drops its works leaks no more)
@@ -81,9 +78,9 @@ def reduce_op_note(op: object) -> str:
     """The note of a collective that reduces with another op than the default sum.
 
     >>> reduce_op_note(dist.ReduceOp.MAX), reduce_op_note(dist.ReduceOp.SUM), reduce_op_note(None)
-    ('reduce op MAX', '', '')
+    ('reduce_op=MAX', '', '')
     >>> reduce_op_note(dist.ReduceOp(dist.ReduceOp.AVG))  # an instance: its .op is the type
-    'reduce op AVG'
+    'reduce_op=AVG'
     """
     if op is None:
         return ""
@@ -91,7 +88,7 @@ def reduce_op_note(op: object) -> str:
     name = getattr(kind, "name", None)
     if not isinstance(name, str):  # never the repr: its address changes per run
         name = type(op).__name__
-    return "" if name == "SUM" else f"{REDUCE_OP}{name}"
+    return "" if name == "SUM" else part(Note.REDUCE_OP, name)
 
 
 def _tensors(value: object) -> list[torch.Tensor]:
@@ -294,7 +291,7 @@ class DistributedProbes(Instrumentation):
             return None
         name = self._next_name(op)
         if op == SEND:
-            note = "" if peer is None else f"to {_global_rank(group, peer)}"
+            note = "" if peer is None else _peer(group, peer, TO)
             self._add(Kind.COLLECTIVE_IN, name, list(tensors), note)
         return name
 
@@ -370,11 +367,11 @@ class DistributedProbes(Instrumentation):
     ) -> None:
         """What a receive the program waited for got, noted with its sender (known once
         complete for a receive from any rank)."""
-        note = f"from {_global_rank(group, peer)}" if peer is not None else ANY_SOURCE
+        note = _peer(group, peer, FROM) if peer is not None else Note.ANY_SOURCE
         if peer is None:
             with contextlib.suppress(AttributeError, RuntimeError):  # some backends won't say
                 source = work._source_rank()  # type: ignore[attr-defined]
-                note = f"from {_global_rank(group, source)} ({ANY_SOURCE})"
+                note = join(_peer(group, source, FROM), Note.ANY_SOURCE)
         self._add_output(name, buffers, note)
 
     def _before_step(self, *_: Any) -> None:
@@ -411,13 +408,13 @@ def _constant(value: object) -> Callable[[object], object]:
     return replace
 
 
-def _global_rank(group: Any, rank: int) -> str:
-    """``rank <R>`` for a rank of ``group`` by its global rank, or ``group rank <r>`` where the
-    group does not say."""
+def _peer(group: Any, rank: int, codes: tuple[Note, Note]) -> str:
+    """A message's peer, a rank of ``group``: ``from_rank=<R>`` (``codes`` :data:`FROM`) by its
+    global rank, or ``from_group_rank=<r>`` where the group does not say."""
     try:
-        return f"rank {dist.get_global_rank(group, int(rank))}"
+        return part(codes[0], dist.get_global_rank(group, int(rank)))
     except (ValueError, RuntimeError, TypeError):
-        return f"group rank {rank}"
+        return part(codes[1], rank)
 
 
 def _is_root(bound: inspect.BoundArguments, role: str) -> bool:

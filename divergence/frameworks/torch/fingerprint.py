@@ -27,7 +27,7 @@ from divergence.fingerprint import (
     header_seed,
     smix64_finish,
 )
-from divergence.store.schema import SUBCLASS_SKIP
+from divergence.store.notes import Note, part
 
 if TYPE_CHECKING:
     from divergence.frameworks.torch.fused_sum import FusedWordSum
@@ -103,10 +103,10 @@ def fingerprint_tensor(t: torch.Tensor) -> Fingerprint:
         return _fingerprint_host(t, "")
     name = dtype_name(t.dtype)
     if t.is_nested:  # its sizes are ragged (or symbolic): no plain shape to record
-        return Fingerprint.skip(name, (), "nested tensor: not fingerprinted")
+        return Fingerprint.skip(name, (), Note.NESTED_TENSOR)
     shape = tuple(t.shape)
     if t.device.type == "meta":
-        return Fingerprint.skip(name, shape, "meta tensor: no data")
+        return Fingerprint.skip(name, shape, Note.META_TENSOR)
     if t.layout != torch.strided:
         return _fingerprint_sparse(t, name, shape)
     if t.is_quantized:
@@ -196,7 +196,7 @@ def _fingerprint_host(t: torch.Tensor, extra: str, name: str = "") -> Fingerprin
     size = t.nbytes
     address = t.data_ptr()
     if not address and size:  # no memory of its own (never read address 0)
-        return Fingerprint.skip(name, shape, f"{type(t).__name__} without storage: not read")
+        return Fingerprint.skip(name, shape, part(Note.NO_STORAGE, type(t).__name__))
     # Dense with non-negative strides: the span starts at data_ptr() and holds every element once.
     memory = _memory_view(address, size, PYBUF_READ) if size else b""
     seed = header_seed(name, shape, strides, extra) if extra else _seed(name, shape, strides)
@@ -235,7 +235,7 @@ def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor | None:
 def subclass_reason(t: torch.Tensor) -> str:
     """Why a tensor subclass with its own ``__torch_dispatch__`` (DTensor, FakeTensor, wrapper
     subclasses) is not read: any op on it, even a copy, would run its code."""
-    return f"{type(t).__name__}: {SUBCLASS_SKIP}"
+    return part(Note.TENSOR_SUBCLASS, type(t).__name__)
 
 
 def _fingerprint_functorch(t: torch.Tensor) -> Fingerprint:
@@ -243,8 +243,7 @@ def _fingerprint_functorch(t: torch.Tensor) -> Fingerprint:
     inner = functorch_unwrapped(t)
     if inner is not None:
         return fingerprint_tensor(inner)
-    reason = "inside torch.func.functionalize (pending writes): not fingerprinted"
-    return Fingerprint.skip(dtype_name(t.dtype), tuple(t.shape), reason)
+    return Fingerprint.skip(dtype_name(t.dtype), tuple(t.shape), Note.FUNCTIONALIZED)
 
 
 def _seed(name: str, shape: tuple[int, ...], strides: tuple[int, ...] | None) -> int:
@@ -333,7 +332,7 @@ def _fingerprint_device(
     t: torch.Tensor, name: str, shape: tuple[int, ...], extra: str
 ) -> Fingerprint:
     if t.is_cuda and torch.cuda.is_current_stream_capturing():  # a captured sum never runs
-        return Fingerprint.skip(name, shape, "inside CUDA graph capture: not fingerprinted")
+        return Fingerprint.skip(name, shape, Note.GRAPH_CAPTURE)
     seed = header_seed(name, shape, None, extra) if extra else _seed(name, shape, None)
     return Fingerprint(PendingSum(device_word_sum(t), seed), name, shape, Algorithm.SMIX64_SUM)
 
@@ -369,7 +368,8 @@ def _quantization(t: torch.Tensor) -> str:
 def _fingerprint_sparse(t: torch.Tensor, name: str, shape: tuple[int, ...]) -> Fingerprint:
     parts = SPARSE_PARTS.get(t.layout)
     if parts is None or t.device.type != "cpu":
-        return Fingerprint.skip(name, shape, f"{t.layout} on {t.device.type}: not fingerprinted")
+        layout = part(Note.UNREAD_LAYOUT, f"{t.layout},{t.device.type}")
+        return Fingerprint.skip(name, shape, layout)
     prints = [fingerprint_tensor(getattr(t, part)()).value for part in parts]
     extra = f"{t.layout}:" + ",".join(map(str, prints))
     value = fingerprint_buffer(b"", header_seed(name, shape, None, extra))

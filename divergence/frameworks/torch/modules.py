@@ -16,14 +16,8 @@ from divergence.frameworks.torch.outputs import keyed_tensors
 from divergence.frameworks.torch.records import Records, call_tensors, phase_now
 from divergence.frameworks.torch.steps import OptimizerSteps
 from divergence.frameworks.torch.writes import ParameterWrites
-from divergence.store.schema import (
-    BEFORE_BACKWARD_HOOKS,
-    BEFORE_PRE_HOOKS,
-    EVAL_MODE,
-    Kind,
-    Phase,
-    with_key,
-)
+from divergence.store.notes import Note, with_key
+from divergence.store.schema import Kind, Phase
 
 
 class ModuleCalls:
@@ -78,10 +72,11 @@ class ModuleCalls:
         if not s.begin_event() or not s.wants(name):
             return
         phase, kind = (Phase.DATA, Kind.BATCH) if is_model else (phase, Kind.INPUT)
+        note: str = ""
         if module._forward_pre_hooks:
-            note = BEFORE_PRE_HOOKS
+            note = Note.BEFORE_PRE_HOOKS
         else:  # an evaluation call (recorded at the next step's start: after optimizer.step())
-            note = EVAL_MODE if is_model and not module.training else ""
+            note = Note.EVAL_MODE if is_model and not module.training else ""
         self.records.add_keyed(phase, kind, name, call_tensors(args, kwargs), note)
 
     def leave(self, output: Any, note: str = "", backward_hooks: bool = False) -> None:
@@ -94,7 +89,7 @@ class ModuleCalls:
         if not s.begin_event() or not s.wants(name):
             return
         phase = phase_now()
-        grad_note = BEFORE_BACKWARD_HOOKS if backward_hooks else ""
+        grad_note = Note.BEFORE_BACKWARD_HOOKS if backward_hooks else ""
         for slot, (key, t) in enumerate(keyed_tensors(output)):
             keyed = with_key(key, note)
             self.records.add(phase, Kind.OUTPUT, name, t, slot, True, keyed)

@@ -61,7 +61,8 @@ from divergence.frameworks.torch.op_info import (
 )
 from divergence.frameworks.torch.recorder import TorchRecorder
 from divergence.record.session import Session
-from divergence.store.schema import OVERWRITTEN, WRITTEN_BUFFER, Kind, Phase
+from divergence.store.notes import Note, part
+from divergence.store.schema import Kind, Phase
 
 OP_INPUT, OP_OUTPUT = Kind.OP_INPUT, Kind.OP_OUTPUT  # read per op: module constants
 
@@ -298,7 +299,7 @@ class OpRecorder(OpZoom):
         for slot, t in enumerate(tensors_in(out)):
             if info.uninitialised:
                 self.garbage.add(storage_of(t))
-                reason = f"uninitialised memory ({func}): not compared"
+                reason = part(Note.UNINITIALISED_OUTPUT, func)
                 s.add(phase, Kind.OP_OUTPUT, name, skip_record(t, reason), slot)
                 continue
             if self.garbage:
@@ -325,9 +326,9 @@ class OpRecorder(OpZoom):
         overwritten: bool = False,
     ) -> Fingerprint:
         s = self.session
-        reason = OVERWRITTEN if overwritten else ""
+        reason = Note.OVERWRITTEN if overwritten else ""
         if self.garbage and storage_of(t) in self.garbage:
-            reason = WRITTEN_BUFFER if written else "uninitialised memory: not compared"
+            reason = Note.WRITTEN_BUFFER if written else Note.UNINITIALISED
         if reason:
             skipped = skip_record(t, reason)
             s.add(phase, kind, name, skipped, slot)

@@ -47,7 +47,8 @@ from divergence.frameworks.torch.seeds import SeedCalls, add_generator_states
 from divergence.frameworks.torch.steps import OptimizerSteps
 from divergence.frameworks.torch.writes import ParameterWrites
 from divergence.record.session import Session
-from divergence.store.schema import BEFORE_HOOKS, Kind, ParamCheck, Phase, with_key
+from divergence.store.notes import Note, with_key
+from divergence.store.schema import Kind, ParamCheck, Phase
 
 # torch.distributed.pipelining's stage classes and their methods that run a stage's module on
 # tensors made from metadata, as named in torch 2.13; absent ones are left alone
@@ -174,7 +175,7 @@ class TorchRecorder(Instrumentation):
             self.regions.leave_compiled(output)
         elif not self.regions.depth and type(module).__name__ not in WRAPPERS and self.stack:
             backward_hooks = bool(module._backward_hooks or module._backward_pre_hooks)
-            note = BEFORE_HOOKS if module._forward_hooks else ""
+            note = Note.BEFORE_HOOKS if module._forward_hooks else ""
             self.calls.leave(output, note, backward_hooks)
 
     def after_grad_accumulated(self, param: torch.Tensor) -> None:

@@ -19,7 +19,8 @@ from divergence.frameworks.torch.outputs import keyed_tensors, sorted_dicts
 from divergence.frameworks.torch.parameters import ParameterBook
 from divergence.record.hyperparameters import GroupSettings
 from divergence.record.session import Session
-from divergence.store.schema import WRITTEN_UNVERSIONED, Kind, Phase, with_key
+from divergence.store.notes import Note, with_key
+from divergence.store.schema import Kind, Phase
 
 
 class Records:
@@ -79,7 +80,7 @@ class Records:
     def add_if_changed(self, phase: Phase, name: str, param: torch.Tensor) -> None:
         """The record of a parameter whose bits differ from its last record's, whatever its
         version counter says: a write through ``.data`` moves none (noted
-        :data:`~divergence.store.schema.WRITTEN_UNVERSIONED`). Device fingerprints are pending:
+        :attr:`~divergence.store.notes.Note.WRITTEN_UNVERSIONED`). Device fingerprints are pending:
         recorded."""
         moved = self.params.moved(param)
         if not self.session.wants(name) or not self.session.begin_event():
@@ -93,7 +94,7 @@ class Records:
             return
         self.cache.put(param, fingerprint)
         known = isinstance(last, int) and isinstance(fingerprint.value, int)
-        note = WRITTEN_UNVERSIONED if known and not moved else ""
+        note = Note.WRITTEN_UNVERSIONED if known and not moved else ""
         self.add_param(phase, name, param, cached=True, note=note)
 
     def add_keyed(

@@ -13,9 +13,10 @@ import torch
 
 from divergence.fingerprint import Fingerprint
 from divergence.frameworks.adapter import Instrumentation
-from divergence.frameworks.torch.compiled import NOT_OBSERVED, function_name, wrap_compile
+from divergence.frameworks.torch.compiled import function_name, wrap_compile
 from divergence.frameworks.torch.modules import ModuleCalls
 from divergence.frameworks.torch.records import call_tensors, phase_now
+from divergence.store.notes import Note
 from divergence.store.schema import Kind
 
 
@@ -53,7 +54,12 @@ class CompiledRegions:
                 inputs = call_tensors(args, kwargs)
                 calls.records.add_keyed(phase_now(), Kind.INPUT, stack[-1], inputs)
         if s.begin_event() and s.wants(stack[-1]):
-            s.add(phase_now(), Kind.COMPILED, stack[-1], Fingerprint.skip("", (), NOT_OBSERVED))
+            s.add(
+                phase_now(),
+                Kind.COMPILED,
+                stack[-1],
+                Fingerprint.skip("", (), Note.COMPILED_REGION),
+            )
         for listener in self.listeners:
             listener(True)
 

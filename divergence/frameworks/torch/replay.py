@@ -21,9 +21,12 @@ import torch
 from divergence.errors import UsageError
 from divergence.frameworks.torch.calls import decode_call
 from divergence.frameworks.torch.fingerprint import fingerprint_tensor
+from divergence.report.notes import note_text
+from divergence.store import notes
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile, matching_rows
 from divergence.store.run import single_process
-from divergence.store.schema import WRITTEN_WHOLE, Kind, Status, parse_shape
+from divergence.store.schema import Kind, Status, parse_shape
 from divergence.wording import counted
 
 # aten ops that draw from a generator (in place or not, any overload)
@@ -179,7 +182,9 @@ def _replay(
     # outputs of uninitialised memory (empty_like) were not fingerprinted: they say nothing
     compared = [i for i, row in enumerate(outputs) if file.records["status"][row] == Status.OK]
     if not compared:
-        reason = file.strings[file.records["note"][outputs[0]]] if outputs else "no output"
+        reason = (
+            note_text(file.strings[file.records["note"][outputs[0]]]) if outputs else "no output"
+        )
         raise UsageError(
             f"{name} at step {step}: its output was not compared when recorded ({reason}); "
             "replaying it would compare nothing",
@@ -294,9 +299,10 @@ def _input(file: RunFile, row: int, device: str, pattern: str) -> torch.Tensor:
     if not records["status"][row]:
         return _load(file, row, device)
     reason = file.strings[records["note"][row]]
-    if reason not in WRITTEN_WHOLE:
+    if not notes.has(reason, Note.WRITTEN_BUFFER, Note.OVERWRITTEN):
         raise UsageError(
-            f"input {records['slot'][row]} of {pattern!r} was not fingerprinted ({reason}), "
+            f"input {records['slot'][row]} of {pattern!r} was not fingerprinted "
+            f"({note_text(reason)}), "
             "so the call cannot be replayed"
         )
     shape = parse_shape(file.strings[records["shape"][row]], file.path)

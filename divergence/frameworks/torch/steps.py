@@ -21,7 +21,8 @@ from divergence.frameworks.torch.fingerprint import FingerprintCache
 from divergence.frameworks.torch.naming import ModuleTree
 from divergence.frameworks.torch.records import Records
 from divergence.record.hyperparameters import GroupSettings
-from divergence.store.schema import BARE_TENSOR, Kind, Phase
+from divergence.store.notes import Note
+from divergence.store.schema import Kind, Phase
 
 
 class OptimizerSteps:
@@ -211,7 +212,7 @@ class OptimizerSteps:
                     self.bare_slots.append((weakref.ref(optimizer), g, i))
                     if s.wants(name) and s.begin_optimizer_event():
                         self.records.add_param(
-                            Phase.INIT, name, param, cached=True, note=BARE_TENSOR
+                            Phase.INIT, name, param, cached=True, note=Note.BARE_TENSOR
                         )
                 stepped.append((name, param))
         return stepped

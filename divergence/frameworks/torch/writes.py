@@ -105,7 +105,7 @@ class ParameterWrites:
     def add_written_at_exit(self) -> None:
         """As the process ends: the parameters the program wrote after its last optimizer
         step (the best epoch's weights loaded back, an EMA or SWA average swapped in), noted
-        :data:`~divergence.store.schema.WRITTEN_AT_EXIT` and appended to that step. No model
+        :attr:`~divergence.store.notes.Note.WRITTEN_AT_EXIT` and appended to that step. No model
         call follows such a write: two runs that end with other weights would compare
         identical. (Written by the program's own code, inside --steps, not through ``.data``.)"""
         if not self.steps.stepping:
