@@ -13,9 +13,13 @@ import pytest
 from divergence.compare import compare_runs
 from divergence.compare.model import Caveat, RunCaveat
 from divergence.errors import CorruptRunError
+from divergence.fingerprint import Fingerprint
+from divergence.store.notes import Note
 from divergence.store.reader import RunFile, read_meta
-from divergence.store.schema import FORMAT_V1
+from divergence.store.schema import FORMAT_V1, Kind, Phase
 from tests.conftest import run_cli
+from tests.harness.format_v1 import as_format_1
+from tests.unit.written_runs import fingerprint, new_session
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "damaged-v1"
 GOOD = FIXTURES / "good"
@@ -70,3 +74,27 @@ def test_damaged_format_1_runs_are_named(folder: str, said: str) -> None:
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert str(path) in line and said in line
+
+
+def test_a_run_rewritten_as_format_1_reads_as_one(tmp_path: Path) -> None:
+    """tests/harness/format_v1.py, which tests of format 1's English notes write with: the
+    records, names and metadata read as written; the English note reads as its code."""
+    session = new_session(tmp_path / "run")
+    session.add_metadata(lambda: {"notes": ["run_eagerly=True: recorded eagerly"]})
+    for step in range(2):
+        session.begin_event()
+        meta_tensor = Fingerprint.skip("float32", (4,), "meta tensor: no data")
+        session.add(Phase.FORWARD, Kind.OUTPUT, "fc", meta_tensor if step else fingerprint(step))
+        session.explicit_step()
+    session.finish()
+    with pytest.raises(CorruptRunError, match="not made of known codes"):
+        RunFile.open(next((tmp_path / "run").glob("*.h5")))  # English in format 2: damage
+    (path,) = as_format_1(tmp_path / "run").glob("*.h5")
+    run = RunFile.open(path)
+    assert run.format_version == FORMAT_V1 and run.complete and run.steps.tolist() == [0, 1]
+    assert run.meta["framework"] == "torch" and run.meta["notes"] == [Note.RUN_EAGERLY]
+    assert [run.strings[i] for i in run.records["name"][run.kinds == Kind.OUTPUT]] == ["fc"] * 2
+    assert [run.strings[i] for i in run.records["note"][run.kinds == Kind.OUTPUT]] == [
+        "",
+        Note.META_TENSOR,
+    ]
