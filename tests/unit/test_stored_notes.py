@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 import torch
 
 import divergence
 from divergence.store import notes
+from divergence.store.blobs import decode_strings
 from divergence.store.notes import Note
 from divergence.store.schema import RECORDS, STRINGS, Kind
 
@@ -31,7 +33,11 @@ def stored_codes(run: Path) -> set[Note]:
     format-1 file's English into codes); a note that is neither codes nor data fails."""
     (path,) = run.glob("*.h5")
     with h5py.File(path, "r") as file:
-        strings = [s.decode() for s in file[STRINGS][()]]
+        table = file[STRINGS]
+        if table.dtype == np.uint8:  # format 2: a blob of length-prefixed UTF-8
+            strings = decode_strings(table[()].tobytes())
+        else:  # format 1: variable-length strings
+            strings = [s.decode() for s in table[()]]
         records = file[RECORDS][()]
     found: set[Note] = set()
     for row in records:
