@@ -11,8 +11,11 @@ from divergence.compare import compare_runs
 from divergence.fingerprint import Fingerprint
 from divergence.report.json_report import comparison_json
 from divergence.report.terminal import render_text
+from divergence.store.notes import Note, part
 from divergence.store.schema import Kind, Phase
 from tests.unit.written_runs import fingerprint, new_session
+
+UNSEEN = part(Note.TENSOR_SUBCLASS, "DTensor")  # how an FSDP2 parameter is noted
 
 
 def write_run(path: Path, initial: int, final: int) -> Path:
@@ -93,7 +96,7 @@ def test_skipped_parameters_are_not_counted_as_matching(tmp_path: Path) -> None:
         for _ in range(2):
             session.begin_event()
             session.add(Phase.FORWARD, Kind.OUTPUT, "fc", fingerprint(value))
-            dtensor = Fingerprint.skip("float32", (4,), "tensor subclass DTensor: not read")
+            dtensor = Fingerprint.skip("float32", (4,), UNSEEN)
             session.add(Phase.OPTIMIZER, Kind.PARAM, "fc.weight", dtensor)
             session.optimizer_stepped()
         session.finish()

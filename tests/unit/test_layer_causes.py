@@ -14,6 +14,7 @@ from divergence.compare.ranks import compare_ranks
 from divergence.fingerprint import Algorithm, Fingerprint
 from divergence.record.config import RecordConfig
 from divergence.record.session import Session
+from divergence.store.notes import Note
 from divergence.store.schema import Kind, Phase
 
 CONV = "class='Conv2d'; in_channels=3; out_channels=8; kernel_size=(3, 3)"
@@ -44,7 +45,7 @@ def _first(tmp_path: Path, rows: list[Row], changed: str, meta: dict[str, object
             bump = run == "b" and f"{kind.label} {name}" in (changed, *also)
             fingerprint = Fingerprint(value + bump, "float32", (4,), algo)
             if f"{kind.label} {name}" in skipped:
-                fingerprint = Fingerprint.skip("float32", (4,), "meta tensor")
+                fingerprint = Fingerprint.skip("float32", (4,), Note.META_TENSOR)
             session.add(phase, kind, name, fingerprint)
         session.explicit_step()
         session.finish()
