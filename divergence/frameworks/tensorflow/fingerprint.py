@@ -12,7 +12,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -99,9 +99,25 @@ def _mix(x: tf.Tensor, shift: int, multiplier: int) -> tf.Tensor:
 
 
 def word_sum_int64(t: tf.Tensor) -> tf.Tensor:
-    """:func:`word_sum` reinterpreted as int64, the dtype the record table stores."""
+    """:func:`word_sum` reinterpreted as int64, the dtype the record table stores: one call of
+    a function traced once per dtype, so that a graph with thousands of probes (op level) gets
+    one op for each instead of some twenty (grappler inlines it: the same kernels run)."""
     with own_ops():
-        return tf.bitcast(_word_sum(t), tf.int64)
+        return _int64_sum_of(t.dtype)(tf.stop_gradient(t))
+
+
+_INT64_SUMS: dict[tf.DType, Callable[[tf.Tensor], tf.Tensor]] = {}
+
+
+def _int64_sum_of(dtype: tf.DType) -> Callable[[tf.Tensor], tf.Tensor]:
+    """The traced word sum (as int64) of tensors of ``dtype``, any shape."""
+    function = _INT64_SUMS.get(dtype)
+    if function is None:
+        traced = tf.function(lambda t: tf.bitcast(_word_sum(t), tf.int64), autograph=False)
+        # the concrete function: a recorder watches calls of tf.function objects, not these
+        function = traced.get_concrete_function(tf.TensorSpec(None, dtype))
+        _INT64_SUMS[dtype] = function
+    return function
 
 
 def finish(total: int, dtype: str, shape: tuple[int, ...]) -> int:
