@@ -47,9 +47,13 @@ def describe_write_error(code: str, exc: BaseException | None = None) -> str:
 
     >>> describe_write_error("ENOSPC")
     'disk full (ENOSPC)'
+    >>> describe_write_error("EROFS", OSError(30, "Read-only file system", "/runs/pid7.h5"))
+    'Read-only file system (EROFS)'
     """
     if code in FULL_DISK:
         return f"disk full ({code})"
+    if isinstance(exc, OSError) and exc.strerror:  # not "[Errno 30] ...: '/runs/pid7.h5'"
+        return f"{exc.strerror} ({code})"
     detail = str(exc).splitlines()[0] if exc is not None and str(exc) else code
     return f"{detail} ({code})" if code not in detail else detail
 

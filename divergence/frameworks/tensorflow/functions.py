@@ -66,6 +66,8 @@ class FunctionCalls:
         """After an outermost ``tf.function`` call: the probes that ran, in trace order."""
         self.records.table.end_trace()
         self.tape.forget_traced()
+        if self.session.failure:  # the calls count the steps now: see wrap_function_call
+            return
         fired = self.records.table.drain()
         if not fired:
             return
