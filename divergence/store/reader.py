@@ -18,6 +18,7 @@ import numpy as np
 
 from divergence.errors import CorruptRunError, IncompatibleVersionError, NotARunError
 from divergence.fingerprint import Algorithm
+from divergence.store.guard import guarded
 from divergence.store.schema import (
     FORMAT_MARKER,
     FORMAT_VERSION,
@@ -71,7 +72,13 @@ class RunFile:
 
     @classmethod
     def open(cls, path: str | Path) -> RunFile:
-        path = Path(path)
+        """The file read in a child process under a time limit (store/guard.py): a damaged
+        file on which libhdf5 hangs or crashes is a :class:`CorruptRunError` too."""
+        return guarded(Path(path), cls.read_here)
+
+    @classmethod
+    def read_here(cls, path: Path) -> RunFile:
+        """:meth:`open` in this process, without the guard."""
         try:
             with open_hdf5(path) as file:
                 return cls._read(path, file)

@@ -1,0 +1,119 @@
+"""The read guard (store/guard.py): a read that hangs or crashes libhdf5 is "damaged", a good
+read comes back whole, through a fork of this process or through the helper (where another
+thread runs Python)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from divergence.errors import CorruptRunError, UsageError
+from divergence.store import child_call, guard
+from divergence.store.reader import RunFile
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "damaged-v1"
+GOOD = next((FIXTURES / "good").glob("*.h5"))
+HANG = FIXTURES / "hang-global-heap" / "pid1.h5"
+
+
+@pytest.fixture(params=["fork", "helper"])
+def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each test runs through a fork of this process and through the helper."""
+    monkeypatch.setattr(child_call, "_only_thread", lambda: request.param == "fork")
+    monkeypatch.setattr(guard, "_FAILED", {})
+    yield request.param
+
+
+def crash(path: Path) -> None:
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def large(path: Path) -> dict[str, np.ndarray]:
+    return {"rows": np.arange(1 << 19, dtype=np.int64), "small": np.arange(3)}
+
+
+def where(path: Path) -> tuple[str, str | None]:
+    return os.getcwd(), os.environ.get("GUARD_TEST")
+
+
+def refuse(path: Path) -> None:
+    raise CorruptRunError(f"{path}: refused", hint="a hint")
+
+
+def test_a_good_file_reads_as_in_this_process(way: str) -> None:
+    guarded, here = RunFile.open(GOOD), RunFile.read_here(GOOD)
+    assert np.array_equal(guarded.records, here.records)
+    assert (guarded.strings, guarded.meta, guarded.end) == (here.strings, here.meta, here.end)
+
+
+def test_a_hang_is_damage_within_the_limit(way: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DIVERGE_READ_TIMEOUT", "1")
+    start = time.monotonic()
+    with pytest.raises(
+        CorruptRunError, match=r"pid1.h5: damaged \(reading it did not finish in 1 s"
+    ):
+        RunFile.open(HANG)
+    assert time.monotonic() - start < 5
+    start = time.monotonic()  # known now: not read again
+    with pytest.raises(CorruptRunError, match="did not finish"):
+        RunFile.open(HANG)
+    assert time.monotonic() - start < 0.5
+
+
+def test_a_crash_is_damage(way: str) -> None:
+    with pytest.raises(CorruptRunError, match=r"damaged \(reading it crashed: SIGSEGV\)"):
+        guard.guarded(GOOD, crash)
+
+
+def test_large_arrays_come_back_whole(way: str) -> None:
+    result = guard.guarded(GOOD, large)
+    assert np.array_equal(result["rows"], np.arange(1 << 19)) and result["small"].tolist() == [
+        0,
+        1,
+        2,
+    ]
+    result["rows"][0] = 7  # writable, as an array read here is
+
+
+def test_an_error_keeps_its_type_and_hint(way: str) -> None:
+    with pytest.raises(CorruptRunError, match="refused") as caught:
+        guard.guarded(GOOD, refuse)
+    assert caught.value.hint == "a hint"
+
+
+def test_the_child_reads_in_our_directory_and_environment(
+    way: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GUARD_TEST", "set")
+    assert guard.guarded(GOOD, where) == (str(tmp_path), "set")
+
+
+def test_another_thread_means_the_helper() -> None:
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not child_call._only_thread()
+    finally:
+        stop.set()
+        other.join()
+
+
+@pytest.mark.parametrize("text", ["soon", "-1", "inf", "nan"])
+def test_a_bad_limit_is_a_usage_error(text: str) -> None:
+    with pytest.raises(UsageError, match=f"DIVERGE_READ_TIMEOUT={text}: expected seconds"):
+        guard.read_limit(GOOD, {"DIVERGE_READ_TIMEOUT": text})
+
+
+def test_the_limit_grows_with_the_size() -> None:
+    size = GOOD.stat().st_size
+    assert guard.read_limit(GOOD, {}) == guard.BASE_SECONDS + guard.SECONDS_PER_MB * size / 1e6
+    assert guard.read_limit(GOOD, {"DIVERGE_READ_TIMEOUT": "0"}) is None
