@@ -345,10 +345,27 @@ def _read_records(dataset: h5py.Dataset) -> np.ndarray:
     a third more on millions of rows)."""
     if not isinstance(dataset, h5py.Dataset):  # a damaged link can name a group or a type
         raise TypeError(f"'{RECORDS}' is a {type(dataset).__name__}, not a dataset")
+    if dataset.dtype != RECORD_DTYPE:  # HDF5 would leave a field it lacks as np.empty's bytes
+        raise TypeError(f"the record type is damaged ({_type_difference(dataset.dtype)})")
     records = np.empty(dataset.shape, dtype=RECORD_DTYPE)
     if records.size:
         dataset.id.read(h5py.h5s.ALL, h5py.h5s.ALL, records)
     return records
+
+
+def _type_difference(found: np.dtype) -> str:
+    """What a record type read from a file lacks or holds otherwise than :data:`RECORD_DTYPE`.
+
+    >>> _type_difference(np.dtype([("step", "<i8"), ("fq", "<u8")]))
+    'no field fp, name, dtype, shape, note, slot, phase, kind, algo, status, dump; field fq'
+    """
+    fields = found.fields or {}
+    expected = RECORD_DTYPE.fields or {}
+    missing = [n for n in expected if n not in fields]
+    other = [n for n in fields if n not in expected or fields[n][0] != expected[n][0]]
+    parts = [f"no field {', '.join(missing)}"] if missing else []
+    parts += [f"field {', '.join(other)}"] if other else []
+    return "; ".join(parts) or f"layout {found}"
 
 
 def _string_ids(records: np.ndarray) -> np.ndarray:
