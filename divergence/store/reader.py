@@ -346,7 +346,7 @@ def _read_records(dataset: h5py.Dataset) -> np.ndarray:
     if not isinstance(dataset, h5py.Dataset):  # a damaged link can name a group or a type
         raise TypeError(f"'{RECORDS}' is a {type(dataset).__name__}, not a dataset")
     if dataset.dtype != RECORD_DTYPE:  # HDF5 would leave a field it lacks as np.empty's bytes
-        raise TypeError(f"the record type is damaged ({_type_difference(dataset.dtype)})")
+        raise TypeError(f"record type damaged: {_type_difference(dataset.dtype)}")
     records = np.empty(dataset.shape, dtype=RECORD_DTYPE)
     if records.size:
         dataset.id.read(h5py.h5s.ALL, h5py.h5s.ALL, records)
