@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+import h5py
 import pytest
 
 from tests.harness.cli import run_cli
 
 SAMPLE = Path(__file__).parents[2] / "sample_runs" / "threads" / "a"
+DAMAGED = Path(__file__).parents[1] / "fixtures" / "damaged-v1"
 
 
 @pytest.mark.parametrize("where", ["alone", "beside a good file"])
@@ -35,17 +38,47 @@ def test_a_device_given_as_a_run_file_is_named() -> None:
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def _not_a_run(path: Path) -> None:
+    h5py.File(path, "w").close()
+
+
+def _junk(path: Path) -> None:
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 4)
+
+
+def _damaged_copy(fixture: str) -> Callable[[Path], None]:
+    return lambda path: shutil.copy(next((DAMAGED / fixture).glob("*.h5")), path)
+
+
+# what each bad file is, and what its one line must say
+BAD_FILES = {
+    "junk bytes": (_junk, "cannot read HDF5"),
+    "HDF5 but no run": (_not_a_run, "not a diverge run"),
+    "a damaged record": (_damaged_copy("algo-out-of-range"), "record 100 is damaged"),
+    "a renamed field": (
+        _damaged_copy("fp-field-renamed"),
+        "cannot read HDF5 (record type damaged: no field fp",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_FILES)
 @pytest.mark.parametrize("name", ["rank0.h5", "junk.h5"])
-def test_a_junk_file_is_named_before_processes_are_paired(tmp_path: Path, name: str) -> None:
-    """Not "ran as a single process but ... an unknown world size", nor "recorded different
-    processes": the damaged file is what is wrong."""
+def test_a_bad_file_is_named_before_processes_are_paired(
+    tmp_path: Path, name: str, bad: str
+) -> None:
+    """Not "ran as a single process but ... an unknown world size" (a bad ``rank0.h5`` alone),
+    nor "recorded different processes" (a bad file beside a good one): the file that fails
+    validation is what is wrong, in either order of the runs."""
     run = tmp_path / "run"
     if name == "junk.h5":  # beside a good file
         shutil.copytree(SAMPLE, run)
     else:
         run.mkdir()
-    (run / name).write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 4)
-    result = run_cli("compare", str(SAMPLE), str(run))
-    assert result.returncode == 2, result.stdout
-    assert f"{name}: cannot be read as a run file" in result.stderr, result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    write, says = BAD_FILES[bad]
+    write(run / name)
+    for pair in ((SAMPLE, run), (run, SAMPLE)):
+        result = run_cli("compare", *map(str, pair))
+        assert result.returncode == 2, result.stdout
+        assert f"{run / name}: {says}" in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
