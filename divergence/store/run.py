@@ -48,6 +48,11 @@ class Run:
                 f"{path}: no such file or directory",
                 hint="give the directory 'diverge record' wrote",
             )
+        if not path.is_file() and not path.is_dir():  # a FIFO would block libhdf5 for ever
+            raise CorruptRunError(
+                f"{path}: not a regular file (a FIFO or device)",
+                hint="give the run directory or the .h5 files 'diverge record' wrote",
+            )
         if path.is_file():
             return cls(path=path, processes=[Process("process0", None, path)])
         if not os.access(path, os.R_OK | os.X_OK):  # glob would find nothing and say so

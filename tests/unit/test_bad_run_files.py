@@ -32,10 +32,36 @@ def test_a_fifo_named_like_a_run_file_is_named_not_read(tmp_path: Path, where: s
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def test_a_device_given_as_a_run_file_is_named() -> None:
-    result = run_cli("info", "/dev/zero")
-    assert result.returncode == 2 and result.stdout == ""
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+@pytest.mark.parametrize("kind", ["device", "FIFO", "link to a device"])
+def test_a_special_file_given_as_a_run_is_named(tmp_path: Path, kind: str) -> None:
+    path = Path("/dev/zero") if kind == "device" else tmp_path / "pid1.h5"
+    if kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "link to a device":
+        path.symlink_to("/dev/zero")
+    for command in (("info", str(path)), ("compare", str(path), str(SAMPLE))):
+        result = run_cli(*command)
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr == (
+            f"diverge: error: {path}: not a regular file (a FIFO or device) (hint: give the run "
+            "directory or the .h5 files 'diverge record' wrote)\n"
+        )
+
+
+@pytest.mark.parametrize("kind", ["directory", "link to /dev/zero", "dangling link"])
+def test_a_special_file_in_a_run_directory_is_named(tmp_path: Path, kind: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    if kind == "directory":
+        (run / "rank0.h5").mkdir()
+    else:
+        (run / "rank0.h5").symlink_to("/dev/zero" if kind == "link to /dev/zero" else "/nowhere")
+    says = "file not found" if kind == "dangling link" else "not a regular file"
+    for command in (("info", str(run)), ("compare", str(SAMPLE), str(run))):
+        result = run_cli(*command)
+        assert result.returncode == 2, result.stdout
+        assert f"{run / 'rank0.h5'}: {says}" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def _not_a_run(path: Path) -> None:
