@@ -359,8 +359,8 @@ def _type_difference(found: np.dtype) -> str:
     >>> _type_difference(np.dtype([("step", "<i8"), ("fq", "<u8")]))
     'no field fp, name, dtype, shape, note, slot, phase, kind, algo, status, dump; field fq'
     """
-    fields = found.fields or {}
-    expected = RECORD_DTYPE.fields or {}
+    fields: dict[str, Any] = dict(found.fields or {})
+    expected: dict[str, Any] = dict(RECORD_DTYPE.fields or {})
     missing = [n for n in expected if n not in fields]
     other = [n for n in fields if n not in expected or fields[n][0] != expected[n][0]]
     parts = [f"no field {', '.join(missing)}"] if missing else []
