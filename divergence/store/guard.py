@@ -14,6 +14,7 @@ the limit for every file; ``0`` reads in this process, unguarded.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -48,7 +49,7 @@ def guarded(path: Path, read: Callable[[Path], T]) -> T:
     function, a class's method): a process where other threads run Python reads through a
     helper process."""
     limit = read_limit(path, os.environ)
-    if limit is None or not hasattr(os, "fork"):
+    if limit is None or not hasattr(os, "fork") or _open_here(path):
         return read(path)
     identity = _identity(path)
     if identity is None:  # nothing there (or a dangling link): read says so, without hanging
@@ -97,6 +98,22 @@ def _expired(path: Path, limit: float) -> CorruptRunError:
     return CorruptRunError(
         f"{path}: damaged (reading it did not finish in {limit:g} s)", hint=HINT_HANG
     )
+
+
+def _open_here(path: Path) -> bool:
+    """Whether this process holds ``path`` open in libhdf5 (a recorder writing it): read here
+    as before, since a fresh child would find the file locked by its writer, us.
+
+    >>> _open_here(Path("no-such.h5"))
+    False
+    """
+    import h5py
+
+    for file in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(file.name, path):
+                return True
+    return False
 
 
 def _identity(path: Path) -> tuple[int, int, int, int] | None:
