@@ -37,7 +37,7 @@ HINT_HANG = (
 )
 HINT_CRASH = "libhdf5 crashed on the damaged file; record the run again"
 # a read that ended so, ended in libhdf5 (or numpy): the file is what is wrong
-CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL}
+CRASHES = {getattr(signal, n, -1) for n in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")}
 
 # files known to hang or crash the reader, by identity: a second read would wait as long
 _FAILED: dict[tuple[int, int, int, int], CorruptRunError] = {}

@@ -35,12 +35,14 @@ import h5py
 
 from divergence.store.reader import RunFile
 from tests.fuzz.mutants import Recipe, materialize, name_letters, recipes
-from tests.fuzz.verdict import classify, is_failure, observe
+from tests.fuzz.verdict import FAILURES, NO_CHECKSUMS, classify, is_failure, observe
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "damaged-v1" / "good"
 SCRIPT = ROOT / "tests" / "example_scripts" / "mlp.py"
 EXAMPLES = 3  # recipes shown of each class that is neither caught nor unused
+# the failure classes, for a file without checksums (format 1) and with
+FAILURE_CLASSES = (FAILURES, FAILURES + NO_CHECKSUMS)
 
 
 @dataclass
@@ -220,12 +222,20 @@ def _finish(job: Job, work: Path, hung: bool) -> None:
     name = classify(observed, str(mutant), job.input.version)
     job.input.classes[name] += 1
     if name == "caught":
-        job.input.caught_as[observed["compare"]["error"]] += 1
+        job.input.caught_as[_caught_as(observed["compare"])] += 1
     elif name != "unused":
         shown = job.input.examples.setdefault(name, [])
         if is_failure(name) or len(shown) < EXAMPLES:
             shown.append(f"{json.dumps(job.recipe)} {_said(observed)}")
     shutil.rmtree(out, ignore_errors=True)
+
+
+def _caught_as(compare: dict[str, Any]) -> str:
+    """The error type that caught a mutant; a hang or crash the read guard stopped apart."""
+    error = str(compare["error"])
+    if "reading it did not finish" in compare["out"]:
+        return f"{error}: hang stopped"
+    return f"{error}: crash" if "reading it crashed" in compare["out"] else error
 
 
 def _said(observed: dict[str, Any]) -> str:
@@ -254,6 +264,8 @@ def _report(inputs: list[Input], seconds: float) -> int:
             )
             for example in one.examples.get(name, []):
                 print(f"      {example}")
+        counted = [f for f in FAILURE_CLASSES[one.version > 1] if not one.classes[f]]
+        print(f"  none of: {', '.join(counted)}" if counted else "")
     print(f"\nfuzz: {failures} failures in {seconds:.0f} s")
     return 1 if failures else 0
 

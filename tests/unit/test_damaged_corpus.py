@@ -30,6 +30,7 @@ MUTANTS: dict[str, Recipe] = {
     "a dangling link": ["special", "dangling"],
     "an empty file": ["special", "empty"],
     "the global-heap flip, made again": ["flip", 4569, 2],
+    "20,000 zeroed bytes over the object headers (libhdf5 hangs)": ["zero", 2500, 20000],
 }
 
 

@@ -4,8 +4,10 @@ thread runs Python)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +43,11 @@ def large(path: Path) -> dict[str, np.ndarray]:
 
 def where(path: Path) -> tuple[str, str | None]:
     return os.getcwd(), os.environ.get("GUARD_TEST")
+
+
+def imports(path: Path) -> int:
+    importlib.import_module(path.name)
+    return 1
 
 
 def refuse(path: Path) -> None:
@@ -94,6 +101,14 @@ def test_the_child_reads_in_our_directory_and_environment(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GUARD_TEST", "set")
     assert guard.guarded(GOOD, where) == (str(tmp_path), "set")
+
+
+def test_what_a_child_imported_is_imported_here(way: str) -> None:
+    module = {"fork": "wave", "helper": "colorsys"}[way]
+    if module in sys.modules:
+        pytest.skip(f"{module} is imported already")
+    assert child_call.call_in_child(imports, Path(module), limit=5.0) == 1
+    assert module in sys.modules and module in child_call._WARM
 
 
 def test_another_thread_means_the_helper() -> None:
