@@ -1,24 +1,33 @@
-"""The regression corpus of bad run files: each is "damaged" in one line, exit 2, in seconds.
+"""The regression corpus of bad run files: each is named in one line, exit 2, in seconds.
 
-The damaged format-1 runs of ``tests/fixtures/damaged-v1`` (see its README), special files
-named like run files, and the mutants ``make fuzz`` found failing, kept as a fixture and a
-recipe (``tests/fuzz/mutants.py``) and made again here. Each is read as the fuzzer reads it
-(``info`` and ``compare --json GOOD RUN`` in process) and must be classed *caught*.
+- The damaged format-1 runs of ``tests/fixtures/damaged-v1`` (see its README), special files,
+  and the mutants ``make fuzz`` found failing, kept as a fixture and a recipe
+  (``tests/fuzz/mutants.py``) and made again here: each is read as the fuzzer reads it
+  (``info`` and ``compare --json GOOD RUN`` in process) and must be classed *caught*.
+- Only regular files are opened (libhdf5 waits for ever on a FIFO): a FIFO, a directory, a
+  device or a link to one, given as a run or named like a run file in its directory.
+- A file that fails validation is named before processes are paired or world sizes compared.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import h5py
 import pytest
 
 from divergence.store.reader import RunFile
 from tests.fuzz.mutants import Recipe, materialize
 from tests.fuzz.verdict import classify, observe
+from tests.harness.cli import run_cli
 
 DAMAGED = Path(__file__).parents[1] / "fixtures" / "damaged-v1"
 GOOD = DAMAGED / "good"
+SAMPLE = Path(__file__).parents[2] / "sample_runs" / "threads" / "a"
 GOOD_FILE = next(GOOD.glob("*.h5"))
 FIXTURES = sorted(p.name for p in DAMAGED.iterdir() if p.is_dir() and p.name != "good")
 
@@ -63,3 +72,96 @@ def test_the_good_fixture_reads_as_itself() -> None:
     observed = observe(GOOD, GOOD, GOOD_FILE, RunFile.read_here(GOOD_FILE))
     assert observed["info"]["rc"] == 0 and observed["compare"]["rc"] == 0
     assert observed["content"] == "same"
+
+
+@pytest.mark.parametrize("where", ["alone", "beside a good file"])
+def test_a_fifo_named_like_a_run_file_is_named_not_read(tmp_path: Path, where: str) -> None:
+    run = tmp_path / "run"
+    if where == "alone":
+        run.mkdir()
+    else:
+        shutil.copytree(SAMPLE, run)
+    os.mkfifo(run / "pid1.h5")
+    for command in (("compare", str(run), str(SAMPLE)), ("info", str(run))):
+        result = run_cli(*command)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert "pid1.h5: not a regular file" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("kind", ["device", "FIFO", "link to a device"])
+def test_a_special_file_given_as_a_run_is_named(tmp_path: Path, kind: str) -> None:
+    path = Path("/dev/zero") if kind == "device" else tmp_path / "pid1.h5"
+    if kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "link to a device":
+        path.symlink_to("/dev/zero")
+    for command in (("info", str(path)), ("compare", str(path), str(SAMPLE))):
+        result = run_cli(*command)
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr == (
+            f"diverge: error: {path}: not a regular file (a FIFO or device) (hint: give the run "
+            "directory or the .h5 files 'diverge record' wrote)\n"
+        )
+
+
+@pytest.mark.parametrize("kind", ["directory", "link to /dev/zero", "dangling link"])
+def test_a_special_file_in_a_run_directory_is_named(tmp_path: Path, kind: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    if kind == "directory":
+        (run / "rank0.h5").mkdir()
+    else:
+        (run / "rank0.h5").symlink_to("/dev/zero" if kind == "link to /dev/zero" else "/nowhere")
+    says = "file not found" if kind == "dangling link" else "not a regular file"
+    for command in (("info", str(run)), ("compare", str(SAMPLE), str(run))):
+        result = run_cli(*command)
+        assert result.returncode == 2, result.stdout
+        assert f"{run / 'rank0.h5'}: {says}" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def _not_a_run(path: Path) -> None:
+    h5py.File(path, "w").close()
+
+
+def _junk(path: Path) -> None:
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 4)
+
+
+def _damaged_copy(fixture: str) -> Callable[[Path], None]:
+    return lambda path: shutil.copy(next((DAMAGED / fixture).glob("*.h5")), path)
+
+
+# what each bad file is, and what its one line must say
+BAD_FILES = {
+    "junk bytes": (_junk, "cannot read HDF5"),
+    "HDF5 but no run": (_not_a_run, "not a diverge run"),
+    "a damaged record": (_damaged_copy("algo-out-of-range"), "record 100 is damaged"),
+    "a renamed field": (
+        _damaged_copy("fp-field-renamed"),
+        "cannot read HDF5 (record type damaged: no field fp",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_FILES)
+@pytest.mark.parametrize("name", ["rank0.h5", "junk.h5"])
+def test_a_bad_file_is_named_before_processes_are_paired(
+    tmp_path: Path, name: str, bad: str
+) -> None:
+    """Not "ran as a single process but ... an unknown world size" (a bad ``rank0.h5`` alone),
+    nor "recorded different processes" (a bad file beside a good one): the file that fails
+    validation is what is wrong, in either order of the runs."""
+    run = tmp_path / "run"
+    if name == "junk.h5":  # beside a good file
+        shutil.copytree(SAMPLE, run)
+    else:
+        run.mkdir()
+    write, says = BAD_FILES[bad]
+    write(run / name)
+    for pair in ((SAMPLE, run), (run, SAMPLE)):
+        result = run_cli("compare", *map(str, pair))
+        assert result.returncode == 2, result.stdout
+        assert f"{run / name}: {says}" in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
