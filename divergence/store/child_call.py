@@ -129,7 +129,8 @@ def _child(channel: socket.socket, read: Callable[[Path], Any], path: Path, limi
         imported = [name for name in sys.modules if name not in before]
         try:
             send(channel, (*outcome, imported))
-        except pickle.PicklingError as exc:  # a result that does not pickle: a bug, said
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:  # sent nothing yet:
+            # a result that does not pickle is a bug, said as one
             send(channel, (False, RuntimeError(f"the result cannot be pickled: {exc}"), []))
     finally:
         os._exit(0)

@@ -55,7 +55,8 @@ def guarded(path: Path, read: Callable[[Path], T]) -> T:
     if identity is None:  # nothing there (or a dangling link): read says so, without hanging
         return read(path)
     if identity in _FAILED:
-        raise _FAILED[identity]
+        known = _FAILED[identity]
+        raise CorruptRunError(known.message, hint=known.hint)
     try:
         return call_in_child(read, path, limit)
     except Expired:

@@ -50,6 +50,10 @@ def imports(path: Path) -> int:
     return 1
 
 
+def unpicklable(path: Path) -> object:
+    return lambda: path
+
+
 def refuse(path: Path) -> None:
     raise CorruptRunError(f"{path}: refused", hint="a hint")
 
@@ -93,6 +97,11 @@ def test_an_error_keeps_its_type_and_hint(way: str) -> None:
     with pytest.raises(CorruptRunError, match="refused") as caught:
         guard.guarded(GOOD, refuse)
     assert caught.value.hint == "a hint"
+
+
+def test_a_result_that_does_not_pickle_is_a_bug_said(way: str) -> None:
+    with pytest.raises(RuntimeError, match="the result cannot be pickled"):
+        guard.guarded(GOOD, unpicklable)
 
 
 def test_the_child_reads_in_our_directory_and_environment(
