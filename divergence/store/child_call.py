@@ -2,8 +2,9 @@
 
 The child is a fork of this process where only this thread runs Python (the ``diverge`` CLI),
 else a fork of a *helper*: a fresh single-threaded Python started once per process. A fork of
-a process where another thread holds a lock (h5py's, a module's import lock) would leave that
-lock held in the child for ever: a hang, read as "damaged", of a file that is fine.
+a process where another thread holds a lock (a module's import lock, any lock of a library;
+h5py's own it takes around a fork) leaves that lock held in the child for ever: a hang, read
+as "damaged", of a file that is fine (``tests/unit/test_read_guard.py`` shows one).
 
 The result comes back over a Unix socket (:mod:`divergence.store.transfer`).
 

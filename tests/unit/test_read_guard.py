@@ -131,6 +131,47 @@ def test_another_thread_means_the_helper() -> None:
         other.join()
 
 
+SLOW_MODULE = """
+import threading
+if threading.current_thread().name == "importer":
+    import guard_test_gate
+    guard_test_gate.release.wait()
+"""
+
+
+def import_slow(path: Path) -> str:
+    import guard_test_slow  # noqa: F401 - what the read does
+
+    return "read"
+
+
+def test_a_fork_while_another_thread_imports_would_hang_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why another thread means the helper: a fork while a thread imports a module leaves
+    that module's import lock held in the child for ever, and a good file would read as
+    "damaged". (h5py's own lock is safe: h5py takes it around every fork.)"""
+    (tmp_path / "guard_test_slow.py").write_text(SLOW_MODULE)
+    (tmp_path / "guard_test_gate.py").write_text("import threading\nrelease = threading.Event()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import guard_test_gate
+
+    importer = threading.Thread(target=importlib.import_module, args=("guard_test_slow",))
+    importer.name = "importer"
+    importer.start()
+    while "guard_test_slow" not in sys.modules:
+        time.sleep(0.01)
+    monkeypatch.setattr(child_call, "_only_thread", lambda: True)  # as a naive guard would
+    try:
+        with pytest.raises(child_call.Expired):
+            child_call.call_in_child(import_slow, GOOD, limit=1.0)
+    finally:
+        guard_test_gate.release.set()
+        importer.join()
+        for name in ("guard_test_slow", "guard_test_gate"):
+            sys.modules.pop(name, None)
+
+
 @pytest.mark.parametrize("text", ["soon", "-1", "inf", "nan"])
 def test_a_bad_limit_is_a_usage_error(text: str) -> None:
     with pytest.raises(UsageError, match=f"DIVERGE_READ_TIMEOUT={text}: expected seconds"):
