@@ -78,19 +78,19 @@ class Job:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Fuzz (or, with ``--recipe``, make one mutant): the exit status."""
     args = _parser().parse_args(argv)
+    if args.recipe:
+        if not args.run or not args.out:
+            raise SystemExit("fuzz: --recipe needs --run RUN and --out DIR")
+        target = sorted(args.run[0].glob("*.h5"))[0].name
+        print(materialize(args.run[0], target, json.loads(args.recipe), args.out))
+        return 0
     os.environ["DIVERGE_READ_TIMEOUT"] = str(args.read_timeout)
     work = Path(tempfile.mkdtemp(prefix="diverge-fuzz-"))
     try:
-        if args.recipe:
-            path = materialize(
-                args.run[0], Input.load(args.run[0]).target, json.loads(args.recipe), args.out
-            )
-            print(path)
-            return 0
         start = time.monotonic()
-        runs = args.run or [_record(work / "recorded"), FIXTURE]
-        inputs = [Input.load(run) for run in runs]
+        inputs = [Input.load(run) for run in args.run or [_record(work / "recorded"), FIXTURE]]
         jobs = list(_jobs(inputs, args.mutants, args.seed))
         print(
             f"fuzz: {len(jobs):,} mutants of {len(inputs)} runs, seed {args.seed}, "
@@ -253,7 +253,7 @@ def _report(inputs: list[Input], seconds: float) -> int:
     failures = 0
     for one in inputs:
         total = sum(one.classes.values())
-        print(f"\n{one.run} (format {one.version}): {total:,} mutants")
+        print(f"\n{one.run / one.target} (format {one.version}): {total:,} mutants")
         for name, count in sorted(one.classes.items(), key=lambda kv: (is_failure(kv[0]), kv[0])):
             failing = is_failure(name)
             failures += count if failing else 0

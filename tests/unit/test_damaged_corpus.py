@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -165,3 +167,18 @@ def test_a_bad_file_is_named_before_processes_are_paired(
         assert result.returncode == 2, result.stdout
         assert f"{run / name}: {says}" in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.slow  # starts a process: the fuzzer forks one per mutant
+def test_make_fuzz_runs_and_counts(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz", "--mutants", "6", "--run", str(GOOD), "--seed", "4"],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{GOOD_FILE} (format 1): 6 mutants" in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].startswith("fuzz: 0 failures in ")
