@@ -11,7 +11,7 @@ TRITON_SPEC := triton==3.6.0
 STAMP := $(VENV)/.installed
 TRITON_STAMP := $(VENV)/triton/.installed
 
-.PHONY: install test test-fast coverage demo bench lint clean
+.PHONY: install test test-fast coverage demo bench fuzz lint clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,15 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+
+# Seeded mutants (bit flips, zeroed ranges, truncations, appended bytes, renamed names, special
+# files) of a run recorded now and of the format-1 fixture, each read by `diverge info` and
+# `diverge compare` under a time limit (tests/fuzz): the counts of each outcome; exit 1 on a
+# traceback, hang, internal error, or a format-2 mutant read as a divergence or as identical.
+FUZZ_MUTANTS ?= 1000
+FUZZ_SEED ?= 1
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz --mutants $(FUZZ_MUTANTS) --seed $(FUZZ_SEED) --jobs $(WORKERS)
 
 clean:
 	rm -rf $(VENV) .cache demo_runs bench/results

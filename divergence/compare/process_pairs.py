@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from divergence.errors import (
-    CorruptRunError,
-    DivergenceError,
-    IncomparableRunsError,
-    UsageError,
-)
-from divergence.store.reader import DAMAGE_ERRORS, HINT_CORRUPT, read_meta
+from divergence.errors import IncomparableRunsError, UsageError
 from divergence.store.run import Process, Run, world_size
 
 Pair = tuple[str, Process | None, Process | None]
@@ -34,19 +28,15 @@ def pair_processes(run_a: Run, run_b: Run) -> list[tuple[str, Process, Process]]
 
 
 def _name_a_damaged_file(*runs: Run) -> None:
-    """Before runs are refused for holding other processes: a file that cannot be read as a
-    run is the first thing wrong, so it is named (a junk ``rank0.h5`` is no rank)."""
+    """Before runs are refused for holding other processes or world sizes: a file that fails
+    validation is the first thing wrong, so its own error is raised (a junk ``rank0.h5`` is
+    no rank). Every file is read, one at a time: a refusal is on its way anyway.
+
+    >>> # _name_a_damaged_file(Run.open("runs/b"))  -> CorruptRunError("runs/b/rank0.h5: ...")
+    """
     for run in runs:
         for process in run.processes:
-            try:
-                read_meta(process.path)
-            except DivergenceError:
-                raise
-            except DAMAGE_ERRORS as exc:
-                raise CorruptRunError(
-                    f"{process.path}: cannot be read as a run file ({type(exc).__name__}: {exc})",
-                    hint=HINT_CORRUPT,
-                ) from exc
+            process.load()
 
 
 def _natural(key: str) -> tuple[str, int]:

@@ -20,6 +20,7 @@ from divergence.errors import CorruptRunError, IncompatibleVersionError, NotARun
 from divergence.fingerprint import Algorithm
 from divergence.store import read_v1, read_v2
 from divergence.store.blobs import Damaged
+from divergence.store.guard import guarded
 from divergence.store.notes import upgrade_v1
 from divergence.store.schema import (
     FORMAT_V1,
@@ -76,7 +77,13 @@ class RunFile:
 
     @classmethod
     def open(cls, path: str | Path) -> RunFile:
-        path = Path(path)
+        """The file read in a child process under a time limit (store/guard.py): a damaged
+        file on which libhdf5 hangs or crashes is a :class:`CorruptRunError` too."""
+        return guarded(Path(path), cls.read_here)
+
+    @classmethod
+    def read_here(cls, path: Path) -> RunFile:
+        """:meth:`open` in this process, without the guard."""
         try:
             with open_hdf5(path) as file:
                 return cls._read(path, file)
@@ -385,13 +392,29 @@ def _read_records(path: Path, dataset: object) -> np.ndarray:
     if not isinstance(dataset, h5py.Dataset):  # a damaged link can name a group or a type
         raise Damaged(f"damaged: '{RECORDS}' is a {type(dataset).__name__}, not a dataset")
     if dataset.dtype != RECORD_DTYPE or dataset.ndim != 1:
-        missing = [n for n in RECORD_DTYPE.names or () if n not in (dataset.dtype.names or ())]
-        what = f"no field {', '.join(missing)}" if missing else "other field types or layout"
+        what = (
+            _type_difference(dataset.dtype) if dataset.ndim == 1 else f"{dataset.ndim} dimensions"
+        )
         raise Damaged(f"damaged: the records are not a diverge record's type ({what})")
     records = np.empty(dataset.shape, dtype=RECORD_DTYPE)
     if records.size:
         dataset.id.read(h5py.h5s.ALL, h5py.h5s.ALL, records)
     return records
+
+
+def _type_difference(found: np.dtype) -> str:
+    """What a record type read from a file lacks or holds otherwise than :data:`RECORD_DTYPE`.
+
+    >>> _type_difference(np.dtype([("step", "<i8"), ("fq", "<u8")]))
+    'no field fp, name, dtype, shape, note, slot, phase, kind, algo, status, dump; field fq'
+    """
+    fields: dict[str, Any] = dict(found.fields or {})
+    expected: dict[str, Any] = dict(RECORD_DTYPE.fields or {})
+    missing = [n for n in expected if n not in fields]
+    other = [n for n in fields if n not in expected or fields[n][0] != expected[n][0]]
+    parts = [f"no field {', '.join(missing)}"] if missing else []
+    parts += [f"field {', '.join(other)}"] if other else []
+    return "; ".join(parts) or f"layout {found}"
 
 
 def _string_ids(records: np.ndarray) -> np.ndarray:

@@ -10,8 +10,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from divergence.errors import CorruptRunError, RunNotFoundError, UsageError
+from divergence.store.guard import guarded
 from divergence.store.reader import RunFile, read_meta
 
 RANK_FILE = re.compile(r"^rank(\d+)(?:-pid\d+)?\.h5$")
@@ -45,6 +47,11 @@ class Run:
             raise RunNotFoundError(
                 f"{path}: no such file or directory",
                 hint="give the directory 'diverge record' wrote",
+            )
+        if not path.is_file() and not path.is_dir():  # a FIFO would block libhdf5 for ever
+            raise CorruptRunError(
+                f"{path}: not a regular file (a FIFO or device)",
+                hint="give the run directory or the .h5 files 'diverge record' wrote",
             )
         if path.is_file():
             return cls(path=path, processes=[Process("process0", None, path)])
@@ -173,10 +180,15 @@ def _distributed(file: Path) -> dict[str, object]:
     """The ``distributed`` metadata of ``file``'s process (rank, backend once a process group
     existed), empty where there is none."""
     try:
-        found = read_meta(file).get("distributed")
+        found = _meta(file).get("distributed")
     except Exception:  # a damaged file: nothing known; opening it says what is wrong
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def _meta(file: Path) -> dict[str, Any]:
+    """The metadata of ``file``, read under the guard (a damaged file can hang libhdf5)."""
+    return guarded(file, read_meta)
 
 
 def _int_or_none(value: object) -> int | None:
@@ -191,7 +203,7 @@ def _start_order(file: Path) -> tuple[list[int], float]:
     """(the process's multiprocessing creation index, its start time) from the metadata; the
     file's own time when that cannot be read (compare then says what is wrong with it)."""
     try:
-        meta = read_meta(file)
+        meta = _meta(file)
         return [int(i) for i in meta.get("process_index", [])], float(meta.get("start_time", 0))
     except Exception:
         try:
@@ -219,7 +231,7 @@ def world_size(run: Run) -> int | None:
         if process.rank is None:
             continue
         try:
-            meta = read_meta(process.path)
+            meta = _meta(process.path)
         except Exception:  # a damaged file: ask the next rank
             continue
         size = (meta.get("distributed") or {}).get("world_size") or meta.get("env", {}).get(

@@ -53,6 +53,7 @@ def test_an_unreadable_file_is_not_called_damaged(
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(h5py, "File", denied)  # (tests run as root: no real denial)
+    monkeypatch.setenv("DIVERGE_READ_TIMEOUT", "0")  # read here, where the patch is
     assert main(["info", str(RUN)]) == 2
     err = capsys.readouterr().err
     assert "permission denied (hint: the file must be readable by this user)" in err

@@ -62,7 +62,7 @@ def test_a_format_1_run_is_identical_with_itself_and_unchecked() -> None:
     ("folder", "said"),
     [
         ("algo-out-of-range", "record 100 is damaged (phase 3, kind 9, algo 65"),
-        ("fp-field-renamed", "damaged: the records are not a diverge record's type (no field fp)"),
+        ("fp-field-renamed", "damaged: the records are not a diverge record's type (no field fp"),
     ],
 )
 def test_damaged_format_1_runs_are_named(folder: str, said: str) -> None:

@@ -245,7 +245,7 @@ def test_a_renamed_record_field_is_damage(tmp_path: Path) -> None:
         records = file[RECORDS][()]
         del file[RECORDS]
         file.create_dataset(RECORDS, data=records.view(renamed))
-    damaged(path, "damaged: the records are not a diverge record's type (no field fp)")
+    damaged(path, "damaged: the records are not a diverge record's type (no field fp")
 
 
 def test_a_damaged_dump_is_damage_when_read(tmp_path: Path) -> None:

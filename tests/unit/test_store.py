@@ -556,6 +556,7 @@ def test_any_hdf5_failure_becomes_corrupt_run_error(
             raise error("Can't synchronously determine if attribute exists by name")
 
     monkeypatch.setattr(reader_module.h5py, "File", Failing)
+    monkeypatch.setenv("DIVERGE_READ_TIMEOUT", "0")  # read here, where the patch is
     with pytest.raises(CorruptRunError) as info:
         RunFile.open(path)
     _assert_trouble(info.value, path)
