@@ -94,9 +94,19 @@ def compare_ranks(
     if len(comparison.processes) > 1:
         comparison = place_ranks(comparison)
     refuse_only_damaged(comparison)
-    if comparison.identical:
+    if comparison.identical or _ended_by_a_stop(comparison):
         refuse_partly_recorded(comparison)
     return comparison
+
+
+def _ended_by_a_stop(comparison: Comparison) -> bool:
+    """Whether every process that parted did so only by one run's records ending where its
+    recording stopped (the training went on): a length divergence there is no finding."""
+    parted = [p for p in comparison.processes if p.first is not None]
+    return bool(parted) and all(
+        p.first is not None and p.first.reason == Reason.LENGTH and p.recording_stopped
+        for p in parted
+    )
 
 
 def _missed_steps(end: dict[str, Any]) -> bool:

@@ -234,7 +234,7 @@ def code_of(text: str) -> Note | None:
 
 def from_v1(text: str) -> str:
     """A note as format 1 stored it (English, written by diverge up to 0.19.1) in codes; a note
-    already in codes (this version still writes format 1) and an op's call as they are; text
+    already in codes and an op's call as they are; text
     of no known meaning as a ``legacy`` part, which no reader takes for a meaning. Not for a
     ``hyperparam`` record's settings, which are data (see :func:`upgrade_v1`).
 

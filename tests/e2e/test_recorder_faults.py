@@ -81,10 +81,11 @@ def test_a_fault_in_the_recorder_stops_the_recording_not_the_training(
     text = " ".join(info.stdout.split())
     assert "4 steps (steps 0..3)" in text and "RECORDING STOPPED at step 3" in text, text
     assert f"the program took {taken} steps" in text, text
-    # never identical past the stop: the partly recorded run is said to be so
+    # no verdict where the records end only because the recording stopped: trouble, exit 2
     result = run_cli("compare", str(made[complete].run), str(made[name].run))
-    assert result.returncode == 1 and "IDENTICAL" not in result.stdout, result.stdout
-    assert "recording stopped early (" in " ".join(result.stdout.split()), result.stdout
+    assert result.returncode == 2 and not result.stdout, result.stdout
+    error = " ".join(result.stderr.split())
+    assert "match over the 4 steps recorded, but recording stopped early in" in error, error
 
 
 def test_the_trainings_own_exception_passes_through_untouched(made: dict[str, Recorded]) -> None:

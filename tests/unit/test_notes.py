@@ -55,7 +55,7 @@ def test_a_format_1_note_reads_as_it_was_written(text: str) -> None:
     assert coded != text or (text.startswith("key=") and "; " not in text)
     assert parse(coded)  # every part a known code, with its value where it takes one
     assert note_text(coded) == text
-    assert from_v1(coded) == coded  # this version writes format 1 too: codes stay codes
+    assert from_v1(coded) == coded  # codes stay codes
 
 
 @pytest.mark.parametrize(("text", "code"), EARLIER.items())
