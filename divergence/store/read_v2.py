@@ -21,18 +21,22 @@ from divergence.store.schema import (
     CRC_ATTR,
     DTYPE_ATTR,
     END,
+    EXIT,
     MARKER_BLOCK_CRC,
     MARKER_CHECKS,
     MARKER_STRINGS_BYTES,
     MARKER_STRINGS_CRC,
     META,
     RECORD_DTYPE,
+    RECORDS,
     STRINGS,
     TENSORS,
     Kind,
 )
 
 ITEMSIZE = RECORD_DTYPE.itemsize
+ROOT_ATTRS = frozenset({"diverge_format", "format_version"})
+ROOT_MEMBERS = frozenset({RECORDS, STRINGS, META, END, EXIT, TENSORS})
 # fields a step-end marker holds no value in (its ``fp``, ``step`` and checks aside)
 MARKER_ZEROS = ("note", "slot", "phase", "algo", "status", "dump")
 
@@ -49,6 +53,7 @@ def contents(file: h5py.File, records: np.ndarray, ends: np.ndarray) -> Contents
     block against its marker's checksum, the strings blob against the markers' (bytes past the
     last one's length are ignored: a killed writer's), and ``meta`` and ``end``. The markers'
     check fields are then cleared, so that every marker reads as in format 1."""
+    _check_layout(file)
     _check_markers(records, ends)
     _check_blocks(records, ends)
     strings = _strings(file, records, ends)
@@ -59,6 +64,25 @@ def contents(file: h5py.File, records: np.ndarray, ends: np.ndarray) -> Contents
     for name in MARKER_CHECKS:
         records[name][ends] = 0
     return Contents(strings, meta, end)
+
+
+def exit_status(file: h5py.File) -> int | None:
+    """The command's exit status ``diverge record`` wrote, checked; None where it did not."""
+    if EXIT not in file:
+        return None
+    status = read_json(file, EXIT).get("status")
+    if not isinstance(status, int) or isinstance(status, bool):
+        raise Damaged(f"damaged '{EXIT}': its status {status!r} is not an integer")
+    return status
+
+
+def _check_layout(file: h5py.File) -> None:
+    """Only the attributes and members a writer makes: a renamed one (a flipped byte in its
+    name) would otherwise read as absent, e.g. a run that never ended or has no exit status."""
+    attrs, members = set(file.attrs), set(file)
+    if not attrs <= ROOT_ATTRS or not members <= ROOT_MEMBERS:
+        other = sorted((attrs - ROOT_ATTRS) | (members - ROOT_MEMBERS))
+        raise Damaged(f"damaged: holds {', '.join(map(repr, other))}, which no writer makes")
 
 
 def meta(file: h5py.File) -> dict[str, Any]:

@@ -145,7 +145,7 @@ class RunFile:
             strings=strings,
             meta=contents.meta,
             end=end,
-            exit_status=_exit_status(file),
+            exit_status=_exit_status(file) if version == FORMAT_V1 else read_v2.exit_status(file),
             # rows of a step that never ended (zero rows allocated ahead are not torn)
             torn_rows=int(np.count_nonzero(kinds[complete:] != Kind.INVALID)),
             steps=np.unique(raw["step"][ends]),

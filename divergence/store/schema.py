@@ -3,11 +3,11 @@
 A run is a directory with one HDF5 file per recorded process: ``rank<R>.h5`` when ``RANK`` is set,
 else ``pid<PID>.h5``. Each file holds:
 
-* attrs ``diverge_format`` (= :data:`FORMAT_MARKER`, fixed-length bytes), ``format_version``
-  (= :data:`FORMAT_VERSION`) and ``exit_status`` (written by ``diverge record`` when the command
-  ends);
-* ``meta`` (JSON: command, versions, environment, determinism settings) and ``end`` (JSON, written
-  at a clean exit): uint8 datasets of UTF-8 JSON, each with a ``crc32`` attr;
+* attrs ``diverge_format`` (= :data:`FORMAT_MARKER`, fixed-length bytes) and ``format_version``
+  (= :data:`FORMAT_VERSION`), and no other;
+* ``meta`` (JSON: command, versions, environment, determinism settings), ``end`` (JSON, written
+  at a clean exit) and ``exit`` (``{"status": N}``, written by ``diverge record`` when the
+  command ends): uint8 datasets of UTF-8 JSON, each with a ``crc32`` attr;
 * ``records``: a chunked, resizable 1-D compound dataset of :data:`RECORD_DTYPE`, in execution
   order; every block of a step ends with a :attr:`Kind.STEP_END` marker whose ``fp`` is
   ``step ^ STEP_END_MAGIC`` and whose string fields hold the checks (:func:`step_end_row`);
@@ -40,6 +40,7 @@ STRINGS = "strings"
 TENSORS = "tensors"
 CHUNK_RECORDS = 2048  # rows per chunk (78 KiB): small runs stay small
 META, END = "meta", "end"  # format 2: uint8 datasets of JSON; format 1: string attributes
+EXIT = "exit"  # format 2: {"status": N} as JSON, by ``diverge record``; format 1: ``exit_status``
 CRC_ATTR = "crc32"  # format 2: the zlib CRC-32 of a dataset's bytes (meta, end, a dump)
 DTYPE_ATTR = "dtype"  # a dump's torch-style dtype name
 CHUNK_STRING_BYTES = 16384  # the strings blob's chunk

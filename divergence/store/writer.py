@@ -40,6 +40,7 @@ from divergence.store.schema import (
     CRC_ATTR,
     DTYPE_ATTR,
     END,
+    EXIT,
     FORMAT_MARKER,
     FORMAT_VERSION,
     META,
@@ -356,7 +357,10 @@ def mark_exit_status(path: str | Path, status: int) -> None:
         if shutil.disk_usage(Path(path).parent).free < EXIT_STATUS_ROOM:
             return
         with h5py.File(path, "r+") as file:
-            file.attrs["exit_status"] = int(status)
+            if file.attrs.get("format_version") == FORMAT_VERSION:
+                write_json(file, EXIT, {"status": int(status)})
+            else:  # a file an older diverge's recorder wrote
+                file.attrs["exit_status"] = int(status)
     except Exception:  # OSError, or h5py's RuntimeError when a flush fails
         # A file torn by a kill stays readable but may refuse a write; the status is then unknown.
         pass

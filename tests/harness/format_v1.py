@@ -15,7 +15,16 @@ import h5py
 import numpy as np
 
 from divergence.store.blobs import decode_strings, read_json
-from divergence.store.schema import END, FORMAT_V1, MARKER_CHECKS, META, RECORDS, STRINGS, Kind
+from divergence.store.schema import (
+    END,
+    EXIT,
+    FORMAT_V1,
+    MARKER_CHECKS,
+    META,
+    RECORDS,
+    STRINGS,
+    Kind,
+)
 
 
 def as_format_1(path: Path) -> Path:
@@ -41,5 +50,8 @@ def _rewrite(path: Path) -> None:
                 value = read_json(file, name)
                 del file[name]
                 file.attrs[name] = json.dumps(value)
+        if EXIT in file:
+            file.attrs["exit_status"] = read_json(file, EXIT)["status"]
+            del file[EXIT]
         file.attrs["diverge_format"] = "diverge-run"
         file.attrs["format_version"] = FORMAT_V1

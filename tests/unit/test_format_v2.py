@@ -19,6 +19,7 @@ from divergence.store.reader import RunFile, read_meta
 from divergence.store.schema import (
     CRC_ATTR,
     END,
+    EXIT,
     FORMAT_MARKER,
     FORMAT_VERSION,
     MARKER_CHECKS,
@@ -221,7 +222,9 @@ def test_an_end_that_does_not_count_the_rows_is_damage(tmp_path: Path) -> None:
         (lambda f: f.__delitem__(RECORDS), "damaged: 'records' is a NoneType, not a dataset"),
         (lambda f: f[TENSORS].move("1", "x1"), "damaged 'tensors': a dump not named by its row"),
         (lambda f: f[TENSORS].move("1", "3"), "the records' dump flags disagree at row 1"),
-        (lambda f: f.attrs.__setitem__("exit_status", "0"), "damaged exit status ('0'"),
+        (lambda f: write_json(f, EXIT, {"status": "0"}), "damaged 'exit': its status '0' is not"),
+        (lambda f: f.attrs.__setitem__("exit_status", 0), "holds 'exit_status', which no writer"),
+        (lambda f: f.move(END, "enf"), "holds 'enf', which no writer makes"),
     ],
 )
 def test_a_missing_or_mistyped_part_is_damage(
