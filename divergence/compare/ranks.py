@@ -104,9 +104,18 @@ def _ended_by_a_stop(comparison: Comparison) -> bool:
     recording stopped (the training went on): a length divergence there is no finding."""
     parted = [p for p in comparison.processes if p.first is not None]
     return bool(parted) and all(
-        p.first is not None and p.first.reason == Reason.LENGTH and p.recording_stopped
+        p.first is not None and p.first.reason == Reason.LENGTH and _shorter_stopped(p)
         for p in parted
     )
+
+
+def _shorter_stopped(process: ProcessComparison) -> bool:
+    """Whether the run whose records end first is one whose recording stopped (not one that
+    crashed against a run that stopped recording later)."""
+    stopped = {line.split()[1] for line in process.recording_stopped}  # "run A (...): ..."
+    if process.steps_a == process.steps_b:  # ended in the same step: the stop's partial one
+        return bool(stopped)
+    return ("A" if process.steps_a < process.steps_b else "B") in stopped
 
 
 def _missed_steps(end: dict[str, Any]) -> bool:

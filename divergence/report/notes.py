@@ -110,9 +110,22 @@ def note_text(note: str, settings: bool = False) -> str:
         elif code is Note.ANY_SOURCE and before in _SENDERS:
             shown[-1] += f" ({words})"
         else:
-            shown.append(words.format(*(found or "").split(","), value=found))
+            shown.append(_worded(words, text, found))
         before = code
     return SEPARATOR.join(shown)
+
+
+def _worded(words: str, text: str, found: str | None) -> str:
+    """``words`` with the part's values put in; the part as stored where they do not fit
+    (an older file's note with fewer values).
+
+    >>> _worded("{0} on {1}", "unread_layout", "x"), _worded("{0} on {1}", "u", "x,y")
+    ('unread_layout=x', 'x on y')
+    """
+    try:
+        return words.format(*(found or "").split(","), value=found)
+    except (IndexError, KeyError):
+        return f"{text}={found}"
 
 
 def meta_notes(meta: dict[str, Any]) -> dict[str, Any]:

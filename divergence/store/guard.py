@@ -31,6 +31,7 @@ ENV = "DIVERGE_READ_TIMEOUT"
 # is a wrong answer, a late one only a slow one. Reading runs at 100s of MB/s here.
 BASE_SECONDS = 5.0
 SECONDS_PER_MB = 0.2
+RETRIED_WITH = 2  # a read past its limit is tried again with this many times the limit
 HINT_HANG = (
     "libhdf5 loops on the damaged file; record the run again. If the file is only slow to "
     f"read (a network file system), give it more time: {ENV}=SECONDS"
@@ -58,13 +59,22 @@ def guarded(path: Path, read: Callable[[Path], T]) -> T:
         known = _FAILED[identity]
         raise CorruptRunError(known.message, hint=known.hint)
     try:
-        return call_in_child(read, path, limit)
+        return _read_in_child(read, path, limit)
     except Expired:
-        error = _expired(path, limit)
+        error = _expired(path, limit * RETRIED_WITH)
     except Ended as ended:
         error = _ended(path, ended, limit)
     _FAILED[identity] = error
     raise error
+
+
+def _read_in_child(read: Callable[[Path], T], path: Path, limit: float) -> T:
+    """``read(path)`` in a child; once more with a longer limit where the first did not finish
+    in time: a loaded machine must not make a healthy file "damaged"."""
+    try:
+        return call_in_child(read, path, limit)
+    except Expired:
+        return call_in_child(read, path, limit * RETRIED_WITH)
 
 
 def read_limit(path: Path, environ: Mapping[str, str]) -> float | None:

@@ -115,10 +115,10 @@ class Part(NamedTuple):
 def part(code: Note, value: object) -> str:
     """One part with its value, the separator kept out of it (a key could hold it).
 
-    >>> part(Note.FROM_RANK, 2), part(Note.KEY, "a; b")
-    ('from_rank=2', 'key=a;b')
+    >>> part(Note.FROM_RANK, 2), part(Note.KEY, "a; b"), part(Note.KEY, "a;  b")
+    ('from_rank=2', 'key=a;b', 'key=a;b')
     """
-    return f"{code}{ASSIGN}{str(value).replace(SEPARATOR, ';')}"
+    return f"{code}{ASSIGN}{re.sub(r'; +', ';', str(value))}"
 
 
 def join(*parts: str) -> str:

@@ -22,6 +22,7 @@ from divergence.store.schema import (
     DTYPE_ATTR,
     END,
     EXIT,
+    KIND_VALUES,
     MARKER_BLOCK_CRC,
     MARKER_CHECKS,
     MARKER_STRINGS_BYTES,
@@ -35,6 +36,7 @@ from divergence.store.schema import (
 )
 
 ITEMSIZE = RECORD_DTYPE.itemsize
+KIND_VALUES_ARRAY = np.array(sorted(KIND_VALUES), dtype=np.uint8)
 ROOT_ATTRS = frozenset({"diverge_format", "format_version"})
 ROOT_MEMBERS = frozenset({RECORDS, STRINGS, META, END, EXIT, TENSORS})
 # fields a step-end marker holds no value in (its ``fp``, ``step`` and checks aside)
@@ -76,6 +78,21 @@ def exit_status(file: h5py.File) -> int | None:
     return status
 
 
+def check_torn_tail(tail: np.ndarray) -> None:
+    """The rows after a killed writer's last complete step: a step it never ended, so no row
+    there may be an end marker whose block checks out (one whose own ``fp`` or ``step`` was
+    damaged, which would drop its step silently) nor hold a kind no writer writes."""
+    kinds = tail["kind"]
+    if not np.isin(kinds, KIND_VALUES_ARRAY).all():
+        raise Damaged("damaged after the last complete step: a row of a kind no writer writes")
+    data, start = tail.view(np.uint8).data, 0
+    for end in np.flatnonzero(kinds == Kind.STEP_END).tolist():
+        if zlib.crc32(data[start * ITEMSIZE : end * ITEMSIZE]) == int(tail[MARKER_BLOCK_CRC][end]):
+            step = int(tail["step"][end])
+            raise Damaged(f"damaged at step {step}: its end marker is not a genuine one")
+        start = end + 1
+
+
 def _check_layout(file: h5py.File) -> None:
     """Only the attributes and members a writer makes: a renamed one (a flipped byte in its
     name) would otherwise read as absent, e.g. a run that never ended or has no exit status."""
@@ -103,6 +120,13 @@ def dump(dataset: h5py.Dataset) -> tuple[np.ndarray, str]:
         return value, bytes(dtype).decode("ascii")
     except (TypeError, UnicodeDecodeError):
         raise Damaged(f"damaged dump {name}: its dtype {dtype!r} is not a name") from None
+
+
+def check_dump(value: np.ndarray) -> None:
+    """A dump in this machine's byte order (the writer's): the CRC-32 covers the bytes, not
+    the HDF5 type they are read as, whose byte-order bit a damaged byte can flip."""
+    if value.dtype.itemsize > 1 and not value.dtype.isnative:
+        raise Damaged(f"damaged dump: stored as {value.dtype}, not in the writer's byte order")
 
 
 def check_dumps(records: np.ndarray, dumped: frozenset[int]) -> None:

@@ -125,6 +125,8 @@ class RunFile:
         else:
             contents = read_v2.contents(file, records, ends)
         strings, end = contents.strings, contents.end
+        if version != FORMAT_V1 and end is None:  # killed: its tail must be a torn step's
+            read_v2.check_torn_tail(raw[complete:])
         if records.size and int(_string_ids(records).max()) >= len(strings):
             raise CorruptRunError(
                 f"{path}: records name strings that are missing", hint=HINT_CORRUPT
@@ -232,9 +234,11 @@ class RunFile:
             if self.format_version == FORMAT_V1:
                 return read_v1.dump(dataset)
             try:
-                return read_v2.dump(dataset)
+                value, dtype = read_v2.dump(dataset)
+                read_v2.check_dump(value)
             except Damaged as exc:
                 raise CorruptRunError(f"{self.path}: {exc}", hint=HINT_CORRUPT) from exc
+            return value, dtype
 
     def view(self, rows: np.ndarray, step_shift: int = 0) -> RunFile:
         """The file as if it held only ``rows`` (in order), its steps numbered ``step_shift``

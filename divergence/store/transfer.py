@@ -106,8 +106,10 @@ class _Reader:
         space = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
         while view:
             left = self.deadline - time.monotonic()
-            if left <= 0 or not self.poller.poll(left * 1000):
+            if left <= 0:
                 raise Expired
+            if not self.poller.poll(min(left, 60.0) * 1000):  # (poll takes a C int of ms)
+                continue
             got, ancillary, _, _ = self.channel.recvmsg_into([view], space, _CLOEXEC)
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

@@ -139,15 +139,57 @@ def test_a_flipped_bit_in_a_record_is_damage(
     damaged(path, said)
 
 
-def test_a_killed_writers_last_marker_damaged_reads_as_a_torn_step(tmp_path: Path) -> None:
-    """Without an ``end``, a damaged last marker cannot be told from a step never ended."""
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        ("fp", "damaged at step 2: its end marker is not a genuine one"),
+        ("step", "damaged at step 3: its end marker is not a genuine one"),
+    ],
+)
+def test_a_killed_writers_damaged_last_marker_is_damage(
+    tmp_path: Path, field: str, said: str
+) -> None:
+    """Without an ``end`` to count against, a last marker that fails to be genuine but whose
+    block checks out was damaged, not left unwritten: its step is not dropped silently."""
     path = tmp_path / "a.h5"
     write_run(path, steps=3, rows=4)
     with h5py.File(path, "r+") as file:
         del file[END]
-    edit_records(path, flip(14, "fp"))
+    edit_records(path, flip(14, field))
+    damaged(path, said)
+
+
+def test_a_killed_writers_torn_step_reads_up_to_its_last_complete_step(tmp_path: Path) -> None:
+    path = tmp_path / "a.h5"
+    write_run(path, steps=3, rows=4)
+    with h5py.File(path, "r+") as file:
+        del file[END]
+    edit_records(path, lambda records: records.__setitem__("kind", _unmarked(records, 14)))
     run = RunFile.open(path)
-    assert (run.steps_complete, run.torn_rows, run.complete) == (2, 5, False)
+    assert (run.steps_complete, run.torn_rows, run.complete) == (2, 4, False)
+
+
+def _unmarked(records: np.ndarray, row: int) -> np.ndarray:
+    """``records``' kinds with row ``row`` (an end marker) as an unwritten row (kind 0)."""
+    kinds = records["kind"].copy()
+    kinds[row] = Kind.INVALID
+    return kinds
+
+
+def test_a_dump_read_in_another_byte_order_is_damage(tmp_path: Path) -> None:
+    """The CRC-32 covers a dump's bytes, not the HDF5 type they are read as."""
+    path = tmp_path / "a.h5"
+    write_run(path)
+    with h5py.File(path, "r+") as file:
+        dataset = file[TENSORS]["1"]
+        data, attrs = dataset[()], dict(dataset.attrs)
+        del file[TENSORS]["1"]
+        same_bytes = np.frombuffer(data.tobytes(), dtype=">f4").reshape(data.shape)
+        swapped = file[TENSORS].create_dataset("1", data=same_bytes)
+        swapped.attrs.update(attrs)
+    run = RunFile.open(path)
+    with pytest.raises(CorruptRunError, match="not in the writer's byte order"):
+        run.tensor(1)
 
 
 def test_strings_past_the_last_step_are_a_killed_writers_and_ignored(tmp_path: Path) -> None:

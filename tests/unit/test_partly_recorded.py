@@ -16,12 +16,14 @@ from divergence.record.config import RecordConfig
 from tests.conftest import run_cli
 
 
-def _record(path: Path, stop_after: int | None, planted_step: int | None = None) -> Path:
+def _record(
+    path: Path, stop_after: int | None, planted_step: int | None = None, steps: int = 4
+) -> Path:
     """Four steps of a tiny loop; the recording fails (as an internal error would) after step
     ``stop_after`` while the loop goes on."""
     recorder = divergence.Recorder(path)
     with recorder:
-        for step in range(4):
+        for step in range(steps):
             value = torch.arange(4.0) + (1.0 if step == planted_step else 0.0)
             divergence.probe(value, "value")
             divergence.step()
@@ -42,6 +44,23 @@ def test_runs_matching_only_up_to_a_stopped_recording_are_trouble(tmp_path: Path
     assert json.loads(result.stdout)["error"]["type"] == "IncompleteRecordingError"
     whole = _record(tmp_path / "whole", stop_after=None)
     assert run_cli("compare", "-q", str(whole), str(whole)).returncode == 0
+
+
+def test_records_that_end_where_a_recording_stopped_are_no_divergence(tmp_path: Path) -> None:
+    stopped, whole = _record(tmp_path / "a", stop_after=1), _record(tmp_path / "b", None)
+    for a, b in ((stopped, whole), (whole, stopped)):
+        result = run_cli("compare", str(a), str(b))
+        assert result.returncode == 2 and not result.stdout, result.stdout
+        assert "match over the 2 steps recorded, but recording stopped early" in result.stderr
+
+
+def test_a_run_that_ended_before_the_other_stopped_recording_is_a_divergence(
+    tmp_path: Path,
+) -> None:
+    stopped, short = _record(tmp_path / "a", stop_after=2), _record(tmp_path / "b", None, steps=1)
+    result = run_cli("compare", "--json", str(stopped), str(short))
+    assert result.returncode == 1, result.stderr
+    assert json.loads(result.stdout)["first_divergence"]["reason"] == "length"
 
 
 def test_a_recording_that_stopped_after_the_last_step_missed_nothing(tmp_path: Path) -> None:
