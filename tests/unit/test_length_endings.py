@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from divergence.compare import compare_runs
+from divergence.errors import IncompleteRecordingError
 from divergence.store.schema import Kind, Phase
 from divergence.store.writer import mark_exit_status
 from tests.unit.written_runs import fingerprint, new_session
@@ -35,9 +38,9 @@ def test_a_run_that_ended_cleanly_but_shorter_stopped_its_loop_earlier(tmp_path:
 
 
 def test_a_recording_that_stopped_is_not_said_to_have_ended_cleanly(tmp_path: Path) -> None:
-    first = compare_runs(write_run(tmp_path / "a", 5), write_run(tmp_path / "b", 5, 2)).first
-    assert first is not None and first.reason == "length" and not first.facts.ended
-    assert "EarlyStopping" not in first.cause_text
+    """Its records end where it stopped: no verdict (not a run that ended early), exit 2."""
+    with pytest.raises(IncompleteRecordingError, match="recording stopped early"):
+        compare_runs(write_run(tmp_path / "a", 5), write_run(tmp_path / "b", 5, 2))
 
 
 def test_the_longer_run_s_step_an_exception_ended_is_not_counted_complete(tmp_path: Path) -> None:
