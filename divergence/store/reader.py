@@ -7,6 +7,7 @@ between format versions is in ``read_v2`` (its checks) and ``read_v1``.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
@@ -225,20 +226,13 @@ class RunFile:
         return self.strings[index]
 
     def tensor(self, row: int) -> tuple[np.ndarray, str] | None:
-        """The dumped copy of record ``row`` and its dtype name, or None if it was not dumped."""
+        """The dumped copy of record ``row`` and its dtype name, or None if it was not dumped;
+        read under the guard, as the file was (a format-1 dump's dtype is in the global heap)."""
         if row not in self.dumped_rows:
             return None
         stored = row if self.source_rows is None else int(self.source_rows[row])
-        with open_hdf5(self.path) as file:
-            dataset = file[TENSORS][str(stored)]
-            if self.format_version == FORMAT_V1:
-                return read_v1.dump(dataset)
-            try:
-                value, dtype = read_v2.dump(dataset)
-                read_v2.check_dump(value)
-            except Damaged as exc:
-                raise CorruptRunError(f"{self.path}: {exc}", hint=HINT_CORRUPT) from exc
-            return value, dtype
+        read = functools.partial(_read_dump, row=stored, version=self.format_version)
+        return guarded(self.path, read)
 
     def view(self, rows: np.ndarray, step_shift: int = 0) -> RunFile:
         """The file as if it held only ``rows`` (in order), its steps numbered ``step_shift``
@@ -376,6 +370,26 @@ def _exit_status(file: h5py.File) -> int | None:
     if not isinstance(status, int | np.integer):
         raise Damaged(f"damaged exit status ({status!r}: not an integer)")
     return int(status)
+
+
+def _read_dump(path: Path, row: int, version: int) -> tuple[np.ndarray, str]:
+    """The dump of file row ``row`` and its dtype name, checked (format 2)."""
+    try:
+        with open_hdf5(path) as file:
+            dataset = file[TENSORS][str(row)]
+            if version == FORMAT_V1:
+                return read_v1.dump(dataset)
+            value, dtype = read_v2.dump(dataset)
+            read_v2.check_dump(value)
+            return value, dtype
+    except Damaged as exc:
+        raise CorruptRunError(f"{path}: {exc}", hint=HINT_CORRUPT) from exc
+    except CorruptRunError:
+        raise
+    except DAMAGE_ERRORS as exc:
+        raise CorruptRunError(
+            f"{path}: cannot read the dump of record {row} ({_short(exc)})", hint=HINT_CORRUPT
+        ) from exc
 
 
 def _dumped_rows(file: h5py.File, complete: int) -> frozenset[int]:
