@@ -9,6 +9,7 @@ a :class:`~divergence.errors.CorruptRunError` naming the file.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,12 +86,11 @@ def check_torn_tail(tail: np.ndarray) -> None:
     kinds = tail["kind"]
     if not np.isin(kinds, KIND_VALUES_ARRAY).all():
         raise Damaged("damaged after the last complete step: a row of a kind no writer writes")
-    data, start = tail.view(np.uint8).data, 0
-    for end in np.flatnonzero(kinds == Kind.STEP_END).tolist():
-        if zlib.crc32(data[start * ITEMSIZE : end * ITEMSIZE]) == int(tail[MARKER_BLOCK_CRC][end]):
+    markers = np.flatnonzero(kinds == Kind.STEP_END)
+    for _, end, matches in _blocks_checked(tail, markers):
+        if matches:
             step = int(tail["step"][end])
             raise Damaged(f"damaged at step {step}: its end marker is not a genuine one")
-        start = end + 1
 
 
 def _check_layout(file: h5py.File) -> None:
@@ -175,15 +175,21 @@ def _check_markers(records: np.ndarray, ends: np.ndarray) -> None:
 def _check_blocks(records: np.ndarray, ends: np.ndarray) -> None:
     """Each block's rows (after the previous marker, up to this one) against the CRC-32 in
     its marker: a flipped byte in a record is damage, never a divergence."""
-    data = records.view(np.uint8).data
-    start = 0
-    wanted = records[MARKER_BLOCK_CRC][ends].tolist()
-    for end, crc in zip(ends.tolist(), wanted, strict=True):
-        if zlib.crc32(data[start * ITEMSIZE : end * ITEMSIZE]) != crc:
+    for start, end, matches in _blocks_checked(records, ends):
+        if not matches:
             step = int(records["step"][end])
             raise Damaged(
                 f"damaged at step {step}: records {start} to {end} do not match their checksum"
             )
+
+
+def _blocks_checked(rows: np.ndarray, markers: np.ndarray) -> Iterator[tuple[int, int, bool]]:
+    """(first row, marker row, whether the rows between match the marker's CRC-32) of each
+    block that ``markers`` (row indices of end markers) close."""
+    data, start = rows.view(np.uint8).data, 0
+    wanted = rows[MARKER_BLOCK_CRC][markers].tolist()
+    for end, crc in zip(markers.tolist(), wanted, strict=True):
+        yield start, end, zlib.crc32(data[start * ITEMSIZE : end * ITEMSIZE]) == crc
         start = end + 1
 
 
