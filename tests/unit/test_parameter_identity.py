@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import divergence
+from divergence.frameworks.torch.parameters import ParameterBook
 from divergence.store.reader import RunFile
 from divergence.store.schema import Kind
 
@@ -111,3 +112,19 @@ def test_a_parameter_moved_from_a_freed_model_keeps_its_name_and_hook(tmp_path: 
     names = ["0.weight", *(f"Sequential#1.{n}" for n in ("0.bias", "1.weight", "1.bias"))]
     # (steps 0-1 train the pretrained model; the lone call opens step 2, the first batch's)
     assert later == {(s, k, n): 1 for s in (3, 4) for k in ("param", "param_grad") for n in names}
+
+
+def test_a_tensor_standing_in_for_a_parameter_is_never_read_as_one() -> None:
+    """FSDP (``use_orig_params``) puts plain tensor views in ``_parameters`` during a forward,
+    new ones at each call; one may get the id of a view adopted before, and was once compared
+    with it as a write through ``.data`` (two identical FSDP runs now and then differed at
+    step 1). A tensor that is not a Parameter is left out, whatever its id."""
+    layer = nn.Linear(2, 2)
+    book = ParameterBook(on_gradient=lambda param: None)
+    view = layer.weight.detach().clone()
+    layer._parameters["weight"] = view  # as FSDP's _unsafe_setattr_tensor leaves it
+    for key, tensor in (("weight", view), ("bias", layer.bias)):
+        book.adopt(tensor, layer, key, key)
+        book.watch(layer, layer, key, tensor)
+    assert [name for name, _ in book.read_by(layer)] == ["bias"]
+    book.remove_hooks()

@@ -113,16 +113,16 @@ class ParameterBook:
     def read_by(self, root: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         """The parameters ``root`` reads now, with their names. A Parameter put in a slot since
         (``model.fc.weight = nn.Parameter(...)``) is adopted under the slot's name, as written;
-        a stand-in for one call (``functional_call``'s tensors) is left out."""
+        a stand-in for one call (``functional_call``'s tensors, FSDP's views: any tensor not a
+        Parameter) is left out."""
         watched = self.watched.get(root, {})
         for slot, (module_ref, key, name, known) in watched.items():
             module = module_ref()
             param = None if module is None else parameter_in(module, key)
-            if param is None:
+            if not isinstance(param, torch.nn.Parameter):
+                # stand-ins come and go: a new one may have the id of the one adopted
                 continue
             if id(param) != known:
-                if not isinstance(param, torch.nn.Parameter):
-                    continue
                 watched[slot] = (module_ref, key, name, id(param))
                 if not self.adopted(param):
                     self.adopt(param, module, key, name)  # type: ignore[arg-type]
