@@ -184,7 +184,7 @@ class Recordings:
         self.cache.mkdir(parents=True, exist_ok=True)
         self._zygotes: Zygotes | None = None
 
-    def _python_for(self, script: str) -> str:
+    def python_for(self, script: str) -> str:
         """The interpreter that runs ``script``: forked from a zygote where it can be."""
         if self._zygotes is None:
             self._zygotes = Zygotes(child_env())
@@ -273,7 +273,7 @@ class Recordings:
         command = spec.command_for(directory)
         env = child_env(spec.env_for(directory))
         if len(command) > 1 and command[0] == sys.executable:
-            command[0] = self._python_for(command[1])
+            command[0] = self.python_for(command[1])
         elif Path(command[0]).name == "torchrun":
             env.update(self._torchrun_workers(command, env))
         if not spec.plain:

@@ -5,9 +5,10 @@ A recording whose process is not under test still starts a Python that imports t
 1 s) or tensorflow and keras (about 2 s). A zygote imports them once; a recording's command then
 starts :data:`CLIENT` instead of ``python``. The client hands its argv, environment, working
 directory and standard streams to the zygote, which forks a child that becomes ``python SCRIPT``:
-fresh RNG seeds, the injected ``sitecustomize`` run, the script executed as ``__main__``. The
-client forwards signals to that child and exits as it did, so ``diverge record`` (the launcher,
-never forked) sees what it would see of a real Python.
+fresh RNG seeds, the injected ``sitecustomize`` run, the script executed as ``__main__``, its
+end without the teardown of every module (``zygote_server._exit_now``). The client forwards
+signals to that child and exits as it did, so ``diverge record`` (the launcher, never forked)
+sees what it would see of a real Python.
 
 The client runs the real Python instead when the zygote is not up yet, when an environment
 variable that a framework reads at import differs from the zygote's, or for a script listed in

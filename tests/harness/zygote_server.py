@@ -3,6 +3,7 @@ client a child that becomes ``python SCRIPT ARGS``. Standard library only (besid
 preloads); started as ``python -c "...; zygote_server.serve(...)"`` so that ``__main__`` is free
 for the script."""
 
+import atexit
 import builtins
 import contextlib
 import importlib
@@ -22,7 +23,8 @@ PARENT_CHECKED_EVERY = 5.0  # seconds
 
 def serve(socket_path: str, modules: list) -> None:
     """Preload ``modules``, listen on ``socket_path``; in a forked child, return to run the
-    script as the program (so that its exit, exceptions and ``atexit`` are Python's own)."""
+    script as the program (so that its exceptions are Python's own; its exit too, less the
+    teardown of every module, see :func:`_exit_now`)."""
     parent = os.getppid()
     for name in modules:
         importlib.import_module(name)
@@ -156,4 +158,27 @@ def _run_as_main(script: str) -> None:
     )
     with open(script, "rb") as file:
         code = compile(file.read(), script, "exec")
-    exec(code, namespace)
+    try:
+        exec(code, namespace)
+    except SystemExit as ended:
+        if ended.code is not None and not isinstance(ended.code, int):
+            raise  # Python prints it: left to Python's own exit
+        _exit_now(ended.code or 0)
+    _exit_now(0)  # an uncaught exception is left to Python's own exit
+
+
+def _exit_now(status: int) -> None:
+    """End as Python's own exit would, less its teardown of every module (about 1 s with
+    torch._dynamo loaded, 0.7 s with tensorflow): threads joined, ``atexit`` handlers run,
+    the program's globals freed (their files closed), standard streams flushed."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()  # what Python's exit waits for first
+    atexit._run_exitfuncs()
+    sys.modules["__main__"].__dict__.clear()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            status = 120  # as Python exits when it cannot flush them
+    os._exit(status)
