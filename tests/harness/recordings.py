@@ -41,6 +41,7 @@ SCRIPTS = ROOT / "tests" / "example_scripts"
 KERAS_SAMPLE = ROOT / "sample_runs" / "keras" / "train_keras.py"
 CACHE = Path(os.environ.get("DIVERGE_TEST_CACHE", ROOT / ".cache" / "recordings"))
 BIN = Path(sys.executable).parent
+TORCHRUN_MAIN = Path(__file__).with_name("torchrun_main.py")  # forked as torchrun's launcher
 # what a recording's outcome depends on besides its own command
 DEPENDS_ON = (
     "divergence",
@@ -276,6 +277,9 @@ class Recordings:
             command[0] = self.python_for(command[1])
         elif Path(command[0]).name == "torchrun":
             env.update(self._torchrun_workers(command, env))
+            launcher = self.python_for(str(TORCHRUN_MAIN))
+            if launcher != sys.executable:
+                command[:1] = [launcher, str(TORCHRUN_MAIN)]
         if not spec.plain:
             record = [sys.executable, "-m", "divergence", "record", *spec.options]
             command = [*record, "-o", str(directory / "run"), "--", *command]
