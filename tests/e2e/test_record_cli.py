@@ -1,4 +1,8 @@
-"""``diverge record`` wraps any command, never perturbs it, and fails loudly."""
+"""``diverge record`` wraps any command, never perturbs it, and fails loudly.
+
+Where the program's own process is under test (its exit status, a kill, the processes it
+starts) it is a real Python (``fork=False``); elsewhere ``python SCRIPT`` is forked from the
+tests' zygote (tests/harness/zygote.py)."""
 
 from __future__ import annotations
 
@@ -135,7 +139,9 @@ def test_exit_status_of_the_command_is_returned_and_stored(tmp_path: Path) -> No
         "    optimizer.step()\n"
         "sys.exit(3)\n"
     )
-    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(script))
+    result = run_cli(
+        "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(script), fork=False
+    )
     assert result.returncode == 3
     info = json.loads(run_cli("info", "--json", str(tmp_path / "run")).stdout)
     assert info["processes"][0]["exit_status"] == 3
@@ -151,7 +157,9 @@ def test_a_process_killed_before_its_first_step_ended_is_said_to_be(tmp_path: Pa
         "model(torch.ones(2, 3)).sum().backward()\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(script))
+    result = run_cli(
+        "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(script), fork=False
+    )
     assert result.returncode == 137
     assert "no training step was recorded (killed by SIGKILL (exit status 137)): it ended " in (
         result.stderr
@@ -162,7 +170,9 @@ def test_a_process_killed_before_its_first_step_ended_is_said_to_be(tmp_path: Pa
     launcher.write_text(
         f"import subprocess, sys\nsubprocess.run([sys.executable, {str(script)!r}])\nsys.exit(1)\n"
     )
-    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(launcher))
+    result = run_cli(
+        "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(launcher), fork=False
+    )
     assert result.returncode == 1
     assert "(exit status 1): it failed, or a process it started was killed, before its " in (
         result.stderr
@@ -299,6 +309,7 @@ def test_child_processes_are_recorded_and_workers_leave_no_file(tmp_path: Path) 
         "--",
         sys.executable,
         str(SCRIPTS / "spawn_child.py"),
+        fork=False,
     )
     assert spawned.returncode == 0, spawned.stderr
     assert steps_of(tmp_path / "child") == [3]  # the launcher process itself never trained
@@ -309,6 +320,7 @@ def test_child_processes_are_recorded_and_workers_leave_no_file(tmp_path: Path) 
         "--",
         sys.executable,
         str(SCRIPTS / "helper_process.py"),
+        fork=False,
     )
     assert workers.returncode == 0, workers.stderr
     assert len(h5_files(tmp_path / "workers")) == 1
@@ -322,7 +334,7 @@ def test_forked_training_processes_close_their_files_and_a_forked_worker_leaves_
     is a module, never stepped and leaves no file. (The parent records the batches it drew.)"""
     out = tmp_path / "run"
     script = str(SCRIPTS / "hogwild.py")
-    result = run_cli("record", "-o", str(out), "--", sys.executable, script)
+    result = run_cli("record", "-o", str(out), "--", sys.executable, script, fork=False)
     assert result.returncode == 0, result.stderr
     info = json.loads(run_cli("info", "--json", str(out)).stdout)
     processes = [(p["meta"]["process_index"], p["steps"], p["complete"]) for p in info["processes"]]
@@ -421,7 +433,7 @@ def test_spawned_processes_without_a_rank_pair_by_creation_order(tmp_path: Path)
     created it in (here: its index, which seeds it), not by which one happened to start first."""
     out = tmp_path / "run"
     script = str(SCRIPTS / "spawned_copies.py")
-    result = run_cli("record", "-o", str(out), "--", sys.executable, script)
+    result = run_cli("record", "-o", str(out), "--", sys.executable, script, fork=False)
     assert result.returncode == 0, result.stderr
     processes = Run.open(out).processes
     assert [p.key for p in processes] == ["process0", "process1"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.recordings import Recordings, child_env
+from tests.harness.recordings import child_env, zygotes
 
 # forked from the torch zygote (which loaded torch), run at once by a real Python
 TORCH_KIND = "# a torch program\n"
@@ -33,17 +33,19 @@ ENDINGS = {
 
 
 @pytest.fixture(scope="module")
-def forking_python(recordings: Recordings, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The client of the torch zygote, once that zygote is up (before, it runs real Python)."""
+def forking_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The client of the torch zygote, once that zygote is up (before, it runs real Python).
+    The tests run it with the environment it was asked for."""
     probe = tmp_path_factory.mktemp("zygote") / "probe.py"
     probe.write_text(TORCH_KIND)
     log = probe.with_suffix(".log")
-    python = recordings.python_for(str(probe))
+    env = child_env([("DIVERGE_TEST_ZYGOTE_LOG", str(log))])
+    python = sys.executable
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        env = child_env([("DIVERGE_TEST_ZYGOTE_LOG", str(log))])
+        python = zygotes().python_for(str(probe), env)
         subprocess.run([python, str(probe)], env=env, check=True)
-        if log.read_text().splitlines()[-1].startswith("forked"):
+        if log.exists() and log.read_text().splitlines()[-1].startswith("forked"):
             return python
         time.sleep(1)
     raise AssertionError("the torch zygote did not come up")

@@ -18,20 +18,47 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.harness.recordings import ROOT
+from tests.harness.recordings import ROOT, child_env, zygotes
 
 # commands that read runs and print: nothing of theirs depends on being their own process
 IN_PROCESS = frozenset({"compare", "info", "show", "--version", "--help"})
+# commands that run a program after ``--``
+RUNS_PROGRAM = frozenset({"record", "hunt"})
 
 
 def run_cli(
-    *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None, timeout: float = 300
+    *args: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    fork: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """``diverge ARGS``, output captured: in process for :data:`IN_PROCESS` commands, else as a
-    user runs it (``python -m divergence``)."""
+    user runs it (``python -m divergence``). The program a :data:`RUNS_PROGRAM` command runs,
+    ``-- python SCRIPT ...``, is forked from the tests' zygote unless ``fork`` is false (where
+    the program's own start is under test: injection, ``python -I``...)."""
     if args and args[0] in IN_PROCESS:
         return cli_in_process(*args, cwd=cwd, env=env)
+    if fork and args and args[0] in RUNS_PROGRAM:
+        env = child_env((env or {}).items())
+        args = forked(args, env)
     return cli_subprocess(*args, cwd=cwd, env=env, timeout=timeout)
+
+
+def forked(args: tuple[str, ...], env: Mapping[str, str]) -> tuple[str, ...]:
+    """``args`` with the program's ``python`` (this interpreter) replaced by the client of the
+    zygote its script can be forked from with ``env``, if any (tests/harness/zygote.py).
+
+    >>> forked(("record", "-o", "out", "--", "bash", "run.sh"), {})
+    ('record', '-o', 'out', '--', 'bash', 'run.sh')
+    """
+    if "--" not in args:
+        return args
+    start = args.index("--") + 1
+    program = args[start:]
+    if len(program) < 2 or program[0] != sys.executable or not program[1].endswith(".py"):
+        return args
+    return (*args[:start], zygotes().python_for(program[1], env), *program[1:])
 
 
 def cli_subprocess(

@@ -176,6 +176,13 @@ def child_env(extra: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
     return env
 
 
+@cache
+def zygotes() -> Zygotes:
+    """This test process's zygotes, started on first use: recordings and the CLI commands
+    tests run (tests/harness/cli.py) share them."""
+    return Zygotes()
+
+
 class Recordings:
     """The session's recordings: ``make(spec)`` returns the cached one or makes it."""
 
@@ -183,13 +190,6 @@ class Recordings:
         self.cache = cache
         self.parallel = parallel
         self.cache.mkdir(parents=True, exist_ok=True)
-        self._zygotes: Zygotes | None = None
-
-    def python_for(self, script: str) -> str:
-        """The interpreter that runs ``script``: forked from a zygote where it can be."""
-        if self._zygotes is None:
-            self._zygotes = Zygotes(child_env())
-        return self._zygotes.python_for(script)
 
     def _torchrun_workers(self, command: list[str], env: Mapping[str, str]) -> dict[str, str]:
         """``PYTHON_EXEC``, the interpreter torchrun starts its workers with: a zygote's client
@@ -201,9 +201,7 @@ class Recordings:
             command[command.index("--nproc_per_node") + 1] if "--nproc_per_node" in command else "1"
         )
         threads = {} if "OMP_NUM_THREADS" in env or nproc == "1" else {"OMP_NUM_THREADS": "1"}
-        if self._zygotes is None:
-            self._zygotes = Zygotes(child_env())
-        return {"PYTHON_EXEC": self._zygotes.python_for(script, threads)}
+        return {"PYTHON_EXEC": zygotes().python_for(script, {**env, **threads})}
 
     def make(self, spec: Recording) -> Recorded:
         directory = self.cache / spec.key()
@@ -274,10 +272,10 @@ class Recordings:
         command = spec.command_for(directory)
         env = child_env(spec.env_for(directory))
         if len(command) > 1 and command[0] == sys.executable:
-            command[0] = self.python_for(command[1])
+            command[0] = zygotes().python_for(command[1], env)
         elif Path(command[0]).name == "torchrun":
             env.update(self._torchrun_workers(command, env))
-            launcher = self.python_for(str(TORCHRUN_MAIN))
+            launcher = zygotes().python_for(str(TORCHRUN_MAIN), env)
             if launcher != sys.executable:
                 command[:1] = [launcher, str(TORCHRUN_MAIN)]
         if not spec.plain:

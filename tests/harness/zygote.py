@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,21 +76,19 @@ class Zygotes:
     """This test process's zygotes, one per framework and environment read at import, started
     on first use and stopped at exit.
 
-    ``python_for(script)`` is the interpreter to put in a recording's command: a client of the
-    script's zygote, or the real Python. ``python_for(script, {"OMP_NUM_THREADS": "1"})`` is
-    one for children that get those variables besides the tests' environment (torchrun's
-    workers), served by a zygote that started with them.
+    ``python_for(script, env)`` is the interpreter to put in a command whose process gets
+    ``env``: a client of the zygote of the script's kind that started with the same variables
+    read at import (started on first use), or the real Python.
     """
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
+    def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="zyg-"))
         self.clients: dict[tuple[str, tuple[tuple[str, str], ...]], Path] = {}
         self.started: list[subprocess.Popen[bytes]] = []
         self._lock = threading.Lock()
         atexit.register(self.stop)
 
-    def python_for(self, script: str, extra: Mapping[str, str] | None = None) -> str:
+    def python_for(self, script: str, env: Mapping[str, str]) -> str:
         path = Path(script)
         if os.environ.get("DIVERGE_TEST_ZYGOTE") == "0" or path.name in NOT_FORKED:
             return sys.executable
@@ -99,11 +98,11 @@ class Zygotes:
             return sys.executable
         if kind is None:
             return sys.executable
-        key = (kind, tuple(sorted((extra or {}).items())))
+        key = (kind, tuple(sorted((n, v) for n, v in env.items() if reads_at_import(n))))
         with self._lock:  # a registry makes recordings on two threads
             if key not in self.clients:
                 client = self.folder / f"python-{kind}-{len(self.clients)}"
-                self.started.append(self._start(kind, client, {**self.env, **dict(key[1])}))
+                self.started.append(self._start(kind, client, dict(env)))
                 self.clients[key] = client
             return str(self.clients[key])
 
@@ -131,3 +130,4 @@ class Zygotes:
             except subprocess.TimeoutExpired:
                 process.kill()
         self.started.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
