@@ -42,6 +42,7 @@ KERAS_SAMPLE = ROOT / "sample_runs" / "keras" / "train_keras.py"
 CACHE = Path(os.environ.get("DIVERGE_TEST_CACHE", ROOT / ".cache" / "recordings"))
 BIN = Path(sys.executable).parent
 TORCHRUN_MAIN = Path(__file__).with_name("torchrun_main.py")  # forked as torchrun's launcher
+DIVERGE_MAIN = Path(__file__).with_name("diverge_main.py")  # forked as diverge record
 # what a recording's outcome depends on besides its own command
 DEPENDS_ON = (
     "divergence",
@@ -279,7 +280,11 @@ class Recordings:
             if launcher != sys.executable:
                 command[:1] = [launcher, str(TORCHRUN_MAIN)]
         if not spec.plain:
-            record = [sys.executable, "-m", "divergence", "record", *spec.options]
+            launcher = zygotes().python_for(str(DIVERGE_MAIN), env)
+            diverge = [sys.executable, "-m", "divergence"]
+            if launcher != sys.executable:
+                diverge = [launcher, str(DIVERGE_MAIN)]
+            record = [*diverge, "record", *spec.options]
             command = [*record, "-o", str(directory / "run"), "--", *command]
         return subprocess.run(
             command,

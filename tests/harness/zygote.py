@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 NOT_FORKED = frozenset({"set_order.py", "vocabulary.py"})
 TORCH = ("numpy", "h5py", "torch", "torch._dynamo")
 IMPORTS = {
+    "diverge": ("numpy", "h5py", "divergence.cli", "divergence.record.launcher"),
     "torch": TORCH,
     "tensorflow": ("numpy", "h5py", "tensorflow", "keras"),
     "lightning": (*TORCH, "lightning"),
@@ -55,6 +56,8 @@ OWN = ("PYTHONPATH", "DIVERGE_", "PYTHON_EXEC", "TORCHELASTIC_", "TORCH_NCCL_")
 
 def kind_of(source: str) -> str | None:
     """The zygote a script's source can be forked from, or ``None``."""
+    if "from divergence.cli import main" in source:  # diverge itself (diverge_main.py)
+        return "diverge"
     if "KERAS_BACKEND" in source:  # chosen as keras is imported, which the zygote did
         return None
     if "tensorflow" in source or "keras" in source:
