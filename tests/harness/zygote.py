@@ -7,8 +7,8 @@ starts :data:`CLIENT` instead of ``python``. The client hands its argv, environm
 directory and standard streams to the zygote, which forks a child that becomes ``python SCRIPT``:
 fresh RNG seeds, the injected ``sitecustomize`` run, the script executed as ``__main__``, its
 end without the teardown of every module (``zygote_server._exit_now``). The client forwards
-signals to that child and exits as it did, so ``diverge record`` (the launcher, never forked)
-sees what it would see of a real Python.
+signals to that child and exits as it did, so ``diverge record`` (itself forked from a zygote of
+its own kind in registry recordings) sees what it would see of a real Python.
 
 The client runs the real Python instead when the zygote is not up yet, when an environment
 variable that a framework reads at import differs from the zygote's, or for a script listed in
