@@ -13,10 +13,13 @@ TRITON_STAMP := $(VENV)/triton/.installed
 
 .PHONY: install test test-fast coverage demo bench fuzz lint clean
 
+# pip compiles each installed file on one core (about half of the install); compileall uses
+# all of them. Some packages ship files for other Pythons: their errors are pip's to ignore too.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[torch,tensorflow,dev,trainers]"
+	$(PIP) install -q --no-compile "$(TORCH_SPEC)"
+	$(PIP) install -q --no-compile -e ".[torch,tensorflow,dev,trainers]"
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c "import sysconfig; print(sysconfig.get_path('purelib'))")" >/dev/null 2>&1 || true
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: a CUDA build of torch was installed; install the CPU wheel" >&2; exit 1; fi
 	touch $(STAMP)
