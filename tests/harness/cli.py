@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.harness.recordings import ROOT, child_env, zygotes
+from tests.harness.recordings import ROOT, child_env, forked_command
 
 # commands that read runs and print: nothing of theirs depends on being their own process
 IN_PROCESS = frozenset({"compare", "info", "show", "--version", "--help"})
@@ -46,8 +46,7 @@ def run_cli(
 
 
 def forked(args: tuple[str, ...], env: Mapping[str, str]) -> tuple[str, ...]:
-    """``args`` with the program's ``python`` (this interpreter) replaced by the client of the
-    zygote its script can be forked from with ``env``, if any (tests/harness/zygote.py).
+    """``args`` with the program after ``--`` forked where it can be (:func:`forked_command`).
 
     >>> forked(("record", "-o", "out", "--", "bash", "run.sh"), {})
     ('record', '-o', 'out', '--', 'bash', 'run.sh')
@@ -55,10 +54,7 @@ def forked(args: tuple[str, ...], env: Mapping[str, str]) -> tuple[str, ...]:
     if "--" not in args:
         return args
     start = args.index("--") + 1
-    program = args[start:]
-    if len(program) < 2 or program[0] != sys.executable or not program[1].endswith(".py"):
-        return args
-    return (*args[:start], zygotes().python_for(program[1], env), *program[1:])
+    return (*args[:start], *forked_command(list(args[start:]), env))
 
 
 def cli_subprocess(

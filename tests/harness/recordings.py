@@ -177,6 +177,18 @@ def child_env(extra: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
     return env
 
 
+def forked_command(command: list[str], env: Mapping[str, str]) -> list[str]:
+    """``command`` with ``python`` (this interpreter) replaced by the client of the zygote its
+    script can be forked from with ``env``, where there is one (tests/harness/zygote.py).
+
+    >>> forked_command(["bash", "run.sh"], {})
+    ['bash', 'run.sh']
+    """
+    if len(command) < 2 or command[0] != sys.executable or not command[1].endswith(".py"):
+        return command
+    return [zygotes().python_for(command[1], env), *command[1:]]
+
+
 @cache
 def zygotes() -> Zygotes:
     """This test process's zygotes, started on first use: recordings and the CLI commands
@@ -272,18 +284,16 @@ class Recordings:
     def _run(self, spec: Recording, directory: Path) -> subprocess.CompletedProcess[str]:
         command = spec.command_for(directory)
         env = child_env(spec.env_for(directory))
-        if len(command) > 1 and command[0] == sys.executable:
-            command[0] = zygotes().python_for(command[1], env)
-        elif Path(command[0]).name == "torchrun":
+        if Path(command[0]).name == "torchrun":
             env.update(self._torchrun_workers(command, env))
-            launcher = zygotes().python_for(str(TORCHRUN_MAIN), env)
-            if launcher != sys.executable:
-                command[:1] = [launcher, str(TORCHRUN_MAIN)]
+            launcher = forked_command([sys.executable, str(TORCHRUN_MAIN)], env)
+            if launcher[0] != sys.executable:  # else torchrun itself
+                command = [*launcher, *command[1:]]
+        command = forked_command(command, env)
         if not spec.plain:
-            launcher = zygotes().python_for(str(DIVERGE_MAIN), env)
-            diverge = [sys.executable, "-m", "divergence"]
-            if launcher != sys.executable:
-                diverge = [launcher, str(DIVERGE_MAIN)]
+            diverge = forked_command([sys.executable, str(DIVERGE_MAIN)], env)
+            if diverge[0] == sys.executable:  # as a user runs it
+                diverge = [sys.executable, "-m", "divergence"]
             record = [*diverge, "record", *spec.options]
             command = [*record, "-o", str(directory / "run"), "--", *command]
         return subprocess.run(
